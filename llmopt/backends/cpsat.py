@@ -1,0 +1,88 @@
+"""OR-Tools CP-SAT back end."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from llmopt.backends.common import Outcome, solution_or_none
+from llmopt.progress import SILENT, Progress
+
+_ENDINGS = {
+    cp_model.OPTIMAL: "optimal",
+    cp_model.FEASIBLE: "feasible",
+    cp_model.INFEASIBLE: "infeasible",
+    cp_model.UNKNOWN: "no_solution",
+    cp_model.MODEL_INVALID: "error",
+}
+
+
+def version() -> str:
+    import ortools
+
+    return f"ortools-cpsat {ortools.__version__}"
+
+
+class _Reporter(cp_model.CpSolverSolutionCallback):
+    def __init__(self, progress: Progress, scale: float, unit: str) -> None:
+        super().__init__()
+        self.progress, self.scale, self.unit = progress, scale, unit
+
+    def on_solution_callback(self) -> None:
+        self.progress.incumbent(self.ObjectiveValue() * self.scale,
+                                self.BestObjectiveBound() * self.scale, self.unit)
+
+
+def solve_cpsat(
+    model: cp_model.CpModel,
+    *,
+    time_limit_s: float | None,
+    collect: Callable[[Callable[[Any], int]], Any] | None = None,
+    progress: Progress = SILENT,
+    scale: float = 1.0,
+    unit: str = "",
+    workers: int | None = None,
+    seed: int = 0,
+) -> Outcome:
+    """Solve ``model``; on a solution, ``collect(solver.Value)`` builds ``Outcome.solution``.
+
+    ``scale``/``unit`` only affect the progress display. Ctrl-C stops the search gracefully
+    (CP-SAT catches SIGINT) and the incumbent is kept.
+    """
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    if time_limit_s is not None:
+        params.max_time_in_seconds = max(float(time_limit_s), 0.01)
+    params.num_workers = workers if workers is not None else max(os.cpu_count() or 1, 1)
+    params.random_seed = seed
+    params.catch_sigint_signal = True
+    if progress.verbose:
+        params.log_search_progress = True
+        params.log_to_stdout = False
+        solver.log_callback = progress.log
+    t0 = time.perf_counter()
+    status = solver.Solve(model, _Reporter(progress, scale, unit))
+    runtime = time.perf_counter() - t0
+    ending = _ENDINGS.get(status, "error")
+    objective = solver.ObjectiveValue() if ending in ("optimal", "feasible") else None
+    bound = solver.BestObjectiveBound() if ending != "error" else None
+    if ending == "infeasible":
+        bound = None
+    # CP-SAT stops short of proof only at the time limit or on Ctrl-C (SIGINT).
+    stopped_early = time_limit_s is None or runtime < 0.98 * time_limit_s
+    interrupted = ending in ("feasible", "no_solution") and stopped_early
+    return Outcome(
+        ending=ending,
+        objective=objective,
+        bound=bound,
+        runtime_s=runtime,
+        solver_version=version(),
+        interrupted=interrupted,
+        message=solver.StatusName(status),
+        solution=solution_or_none(ending, collect, solver.Value),
+    )
+

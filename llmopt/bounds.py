@@ -1,0 +1,106 @@
+"""Lower bounds on the total inference time, each stating the time model under which it holds.
+
+Pang et al. 2025, eqs 31–32 (the "theoretical lower bound")::
+
+    t_p  = T^p_L · ceil(Σ_i N^p_i / N^cap_L)          (31)
+    T_LB = t_p + t_d                                   (32)
+
+with L the largest prefill level (N^cap_L tokens, T^p_L ms) and t_d the optimum of the offline
+bin packing (eqs 26–30). When t_d is not proven optimal within the time limit, the bin packing's
+proven bound is used instead, so that T_LB stays a lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from llmopt.errors import InstanceError
+from llmopt.formulations.binpacking import solve as solve_binpacking
+from llmopt.instance import Instance
+from llmopt.profiles import PangLinearProfile
+from llmopt.progress import SILENT, Progress
+
+
+@dataclass
+class Bound:
+    """One lower bound on total inference time (ms) with its parts."""
+
+    name: str
+    value_ms: float
+    equation: str
+    valid_under: str
+    parts: dict[str, float] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def largest_prefill_level(instance: Instance) -> tuple[int, float]:
+    """(N^cap_L, T^p_L): the largest prefill stage allowed and its duration."""
+    profile = instance.profile
+    if not isinstance(profile, PangLinearProfile):
+        raise InstanceError("the Pang bound needs a pang_linear profile", file=instance.label(),
+                            field="model", value=profile.name)
+    cap = instance.system.max_prefill_tokens or profile.max_prefill_tokens
+    if cap is None:
+        raise InstanceError(
+            "needed for the prefill part of the bound (largest prefill level N^cap_L); "
+            "set it here or in the profile", file=instance.label(),
+            field="system.max_prefill_tokens",
+        )
+    if cap < int(instance.input_tokens.max()):
+        raise InstanceError(
+            f"smaller than the longest prompt ({int(instance.input_tokens.max())} tokens), "
+            "which then fits no prefill stage", file=instance.label(),
+            field="system.max_prefill_tokens", value=cap,
+        )
+    return cap, profile.prefill_stage_ms(cap)
+
+
+def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
+                progress: Progress = SILENT) -> list[Bound]:
+    """The eq 31–32 bound, and the same bound with the prefill part valid for every level set."""
+    cap, t_level = largest_prefill_level(instance)
+    profile: PangLinearProfile = instance.profile  # type: ignore[assignment]
+    total_input = int(instance.input_tokens.sum())
+    stages = -(-total_input // cap)
+    t_p = t_level * stages
+
+    progress.stage("t_d: offline bin packing (eqs 26–30)")
+    bp = solve_binpacking(instance, "auto", time_limit_s, progress)
+    t_d = bp.bound if bp.bound is not None else 0.0
+    t_d_note = ("bin-packing optimum" if bp.status == "optimal"
+                else f"bin-packing lower bound (status {bp.status}, optimum not proven)")
+    detail = {"total_input_tokens": total_input, "largest_level_tokens": cap,
+              "largest_level_ms": t_level, "prefill_stages": stages,
+              "t_round_ms": bp.data.get("t_round_ms"), "t_d_status": bp.status,
+              "t_d_source": t_d_note}
+    eq32 = Bound(
+        name="pang_eq32",
+        value_ms=round(t_p + t_d, 6),
+        equation="T_LB = t_p + t_d (eqs 31–32)",
+        valid_under=(
+            "the original MIP's stage model when every prefill stage runs at the largest level "
+            "and every decode round costs t_round(J); with smaller prefill levels eq 31 may "
+            "overstate the prefill part (see pang_eq32_levels)"
+        ),
+        parts={"t_p": round(t_p, 6), "t_d": t_d},
+        detail=detail,
+    )
+    prefill = profile.prefill
+    t_p_any_level = stages * prefill.overhead_ms + prefill.per_token_ms * total_input
+    levels = Bound(
+        name="pang_eq32_levels",
+        value_ms=round(t_p_any_level + t_d, 6),
+        equation="t_p' + t_d, t_p' = overhead·ceil(ΣN^p/N^cap_L) + per_token·ΣN^p",
+        valid_under=(
+            "the original MIP's stage model with any prefill levels T^p_l = overhead + "
+            "per_token·N^cap_l: at least ceil(ΣN^p/N^cap_L) stages each pay the overhead, and "
+            "every prompt token is paid once"
+        ),
+        parts={"t_p": round(t_p_any_level, 6), "t_d": t_d},
+        detail=detail,
+    )
+    return [eq32, levels]

@@ -1,0 +1,191 @@
+"""Command-line interface: a thin layer over the public API.
+
+User mistakes (bad files, fields, values, options) print one line ``error: <file>: <field>:
+<value>: <reason>`` on stderr and exit with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llmopt.errors import LlmoptError
+
+app = typer.Typer(
+    name="llmopt",
+    help="Optimal schedules, proven lower bounds and heuristic replays for LLM inference.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+InstanceArg = Annotated[Path, typer.Argument(help="Instance YAML file.", show_default=False)]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the solver log.")]
+TimeLimitOpt = Annotated[
+    float | None,
+    typer.Option("--time-limit", "-t", help="Seconds (default: the instance's, else 60)."),
+]
+
+
+def user_errors(fn: F) -> F:
+    """Turn :class:`LlmoptError` into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LlmoptError as exc:
+            err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _progress(verbose: bool):
+    from llmopt.progress import ConsoleProgress
+
+    return ConsoleProgress(verbose=verbose)
+
+
+def _fmt_ms(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.1f}"
+
+
+@app.command()
+@user_errors
+def solve(
+    instance: InstanceArg,
+    problem: Annotated[str | None, typer.Option("--problem", "-p", help="binpacking")] = None,
+    solver: Annotated[
+        str | None, typer.Option("--solver", "-s", help="auto | highs | cpsat | heuristic")
+    ] = None,
+    time_limit: TimeLimitOpt = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for solutions.")] = Path(
+        "solutions"
+    ),
+    plot: Annotated[bool, typer.Option(help="Also write a PNG chart.")] = True,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Solve a problem on an instance; write the solution JSON (and a PNG) under
+    OUT/<instance name>/<problem>-<solver>.*"""
+    from llmopt.instance import load_instance
+    from llmopt.solve import resolve_options
+    from llmopt.solve import solve as run_solve
+
+    inst = load_instance(instance)
+    problem, solver, time_limit = resolve_options(inst, problem, solver, time_limit)
+    result = run_solve(inst, problem, solver, time_limit, progress=_progress(verbose))
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("problem", "solver", "status", "objective (ms)", "bound (ms)", "gap", "runtime"):
+        table.add_column(col, justify="right" if col not in ("problem", "solver") else "left",
+                         no_wrap=True)
+    gap = result.gap
+    table.add_row(result.problem, result.solver, result.status, _fmt_ms(result.objective),
+                  _fmt_ms(result.bound), "—" if gap is None else f"{gap:.2%}",
+                  f"{result.runtime_s:.2f} s")
+    out.print(table)
+    if result.proof:
+        out.print(f"proof: {result.proof}")
+    if result.interrupted:
+        out.print("interrupted: the incumbent and the bound so far are kept")
+    base = out_dir / inst.name / f"{result.problem}-{result.solver}"
+    path = result.write(base.with_suffix(".json"), inst)
+    out.print(f"wrote {path}")
+    if plot and result.data.get("assignment"):
+        from llmopt import plot as plots
+
+        ax = plots.plot_assignment(inst, result.to_dict(inst))
+        out.print(f"wrote {plots.save(ax, base.with_suffix('.png'))}")
+    if result.status == "error":
+        raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def bound(
+    instance: InstanceArg,
+    time_limit: TimeLimitOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Lower bounds on the total inference time, with their parts and validity."""
+    from llmopt.bounds import pang_bounds
+    from llmopt.instance import load_instance
+    from llmopt.progress import SILENT
+
+    inst = load_instance(instance)
+    limit = time_limit or inst.solve.time_limit_s or 60.0
+    progress = SILENT if as_json else _progress(verbose)
+    bounds = pang_bounds(inst, limit, progress)
+    progress.done()
+    if as_json:
+        payload = {"instance": inst.name, "instance_sha256": inst.sha256, "units": "ms",
+                   "bounds": [b.to_dict() for b in bounds]}
+        sys.stdout.write(json.dumps(payload, indent=1) + "\n")
+        return
+    main = bounds[0]
+    d = main.detail
+    table = Table(title=f"Lower bound for {inst.name} (Pang et al. 2025, eqs 31–32)",
+                  show_edge=False, header_style="bold", title_justify="left")
+    table.add_column("part")
+    table.add_column("ms", justify="right")
+    table.add_column("how")
+    table.add_row("t_p", _fmt_ms(main.parts["t_p"]),
+                  f"eq 31: T^p_L = {d['largest_level_ms']:,.2f} ms × "
+                  f"ceil({d['total_input_tokens']:,} / {d['largest_level_tokens']:,}) = "
+                  f"{d['prefill_stages']} stages")
+    table.add_row("t_d", _fmt_ms(main.parts["t_d"]),
+                  f"eqs 26–30: {d['t_d_source']}, t_round = {d['t_round_ms']} ms")
+    table.add_row("T_LB", _fmt_ms(main.value_ms), "eq 32: t_p + t_d", style="bold")
+    out.print(table)
+    for b in bounds[1:]:
+        out.print(f"{b.name}: {_fmt_ms(b.value_ms)} ms = {b.equation}")
+    for b in bounds:
+        out.print(f"[dim]{b.name} holds under {b.valid_under}[/dim]")
+
+
+@app.command()
+@user_errors
+def validate(
+    instance: InstanceArg,
+    solution: Annotated[Path, typer.Argument(help="Solution JSON file.", show_default=False)],
+) -> None:
+    """Check a solution against its instance with code independent of the solvers.
+    Exit 0 when valid, 1 (with the reasons) when not."""
+    from llmopt.instance import load_instance
+    from llmopt.result import read_solution
+    from llmopt.validate import validate_solution
+
+    inst = load_instance(instance)
+    sol = read_solution(solution)
+    reasons = validate_solution(inst, sol)
+    if reasons:
+        out.print(f"[bold red]invalid[/]: {solution}")
+        for r in reasons:
+            out.print(f"  - {r}")
+        raise typer.Exit(1)
+    out.print(f"[bold green]valid[/]: {solution} ({sol['problem']}, {sol['status']}, "
+              f"objective {_fmt_ms(sol['objective'])} ms)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Errors a user can cause.
+
+Every mistake in an instance, a profile, a trace or a command-line option raises one
+:class:`LlmoptError` subclass whose message names the file, the field and the value, so that the
+CLI can print it on one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class LlmoptError(Exception):
+    """Base class of all errors caused by user input."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        field: str | None = None,
+        value: Any = None,
+        has_value: bool | None = None,
+    ) -> None:
+        self.file = str(file) if file is not None else None
+        self.field = field
+        self.value = value
+        self.has_value = has_value if has_value is not None else value is not None
+        self.reason = message
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(self.file)
+        if self.field:
+            parts.append(self.field)
+        if self.has_value:
+            shown = repr(self.value)
+            if len(shown) > 80:
+                shown = shown[:77] + "..."
+            parts.append(f"value {shown}")
+        prefix = ": ".join(parts)
+        return f"{prefix}: {self.reason}" if prefix else self.reason
+
+
+class InputFileError(LlmoptError):
+    """A file is missing, unreadable or not valid YAML/CSV/JSON."""
+
+
+class InstanceError(LlmoptError):
+    """An instance file has a missing, malformed or inconsistent field."""
+
+
+class ProfileError(LlmoptError):
+    """A cost profile is unknown or malformed."""
+
+
+class TraceError(LlmoptError):
+    """A request trace has the wrong columns or bad values."""
+
+
+class OptionError(LlmoptError):
+    """A command-line option or solve setting has an unknown or invalid value."""
+
+
+class SolutionFileError(LlmoptError):
+    """A solution file cannot be read or lacks required keys."""

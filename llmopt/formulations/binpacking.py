@@ -1,0 +1,474 @@
+"""Offline makespan bin packing: Pang et al. 2025, section IV.B, eqs 26–30.
+
+Requests are assigned to clients (bins) so that the largest client load is minimal::
+
+    min  max_j t_j                                  (26)
+    s.t. Σ_j x_ij = 1              for every i      (27)
+         Σ_i x_ij T_i ≤ t_j        for every j      (28)
+         x_ij ∈ {0, 1}                              (29)
+         t_j ≥ 0                                    (30)
+
+with T_i = N^d_i · t_round, the decode time of request i when every round serves the full batch
+J (t_round = decode-round time at J clients, 71 ms for the Pang profile at J = 200).
+
+Since every T_i is an integer multiple of t_round, all models here work on the integer token
+loads N^d_i and scale by t_round at the end: scaling by a positive constant keeps the argmin, and
+integer loads make optimality checkable exactly (an incumbent whose load equals a proven integer
+lower bound is optimal).
+
+Solvers
+-------
+``auto``       exact fast path: LPT + improvement moves; optimal when the heuristic meets the
+               lower bound of :func:`load_lower_bound`; otherwise CP-SAT warm-started from the
+               heuristic with symmetry breaking, within the time limit.
+``highs``      the Pyomo model of eqs 26–30 as written, solved by HiGHS.
+``cpsat``      the same model in CP-SAT, as written.
+``heuristic``  LPT + improvement moves only (optimal only when it meets the lower bound).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyomo.environ as pyo
+from ortools.sat.python import cp_model
+
+from llmopt.backends import cpsat as cpsat_backend
+from llmopt.backends import highs as highs_backend
+from llmopt.backends.common import Outcome
+from llmopt.errors import ProfileError
+from llmopt.instance import Instance
+from llmopt.profiles import PangLinearProfile
+from llmopt.progress import SILENT, Progress
+from llmopt.result import Result
+
+SOLVERS = ("auto", "highs", "cpsat", "heuristic")
+LNS_MIN_BINS = 6  # with fewer clients an LNS group is the whole problem: go to CP-SAT at once
+
+
+@dataclass(frozen=True)
+class BinPacking:
+    """Data of eqs 26–30: integer loads ``weights`` (N^d_i), ``bins`` (J) and ``ms_per_unit``
+    (t_round), so that T_i = weights[i] · ms_per_unit."""
+
+    ids: tuple[str, ...]
+    weights: np.ndarray
+    bins: int
+    ms_per_unit: float
+
+    @classmethod
+    def from_instance(cls, instance: Instance) -> BinPacking:
+        profile = instance.profile
+        if not isinstance(profile, PangLinearProfile):
+            raise ProfileError(
+                "the binpacking problem needs a decode-round time: use a pang_linear profile",
+                file=instance.label(), field="model", value=profile.name,
+            )
+        t_round = round(profile.decode_round_ms(instance.system.clients), 9)
+        return cls(tuple(instance.ids), instance.output_tokens.copy(), instance.total_clients,
+                   t_round)
+
+    @property
+    def n(self) -> int:
+        return len(self.weights)
+
+    def loads(self, assign: np.ndarray) -> np.ndarray:
+        return np.bincount(assign, weights=self.weights, minlength=self.bins).astype(np.int64)
+
+    def to_ms(self, units: float) -> float:
+        return round(float(units) * self.ms_per_unit, 6)
+
+
+def load_lower_bound(weights: np.ndarray, bins: int) -> tuple[int, str]:
+    """Largest of three valid lower bounds on the optimal makespan of integer loads:
+
+    - ceil(Σ w / J): the average load, rounded up because loads are integers;
+    - max w: the largest request must go somewhere;
+    - pigeonhole: of the k·J + 1 largest requests, some client holds k + 1, so the makespan is at
+      least the sum of the k + 1 smallest among them (k = 1, 2, …).
+    """
+    w = np.sort(np.asarray(weights, dtype=np.int64))[::-1]
+    total = int(w.sum())
+    parts = {"ceil(sum/J)": -(-total // bins), "max": int(w[0])}
+    best_pigeon, k = 0, 1
+    while k * bins < len(w):
+        top = w[: k * bins + 1]
+        best_pigeon = max(best_pigeon, int(top[-(k + 1):].sum()))
+        k += 1
+    if best_pigeon:
+        parts["pigeonhole"] = best_pigeon
+    name = max(parts, key=lambda key: parts[key])
+    detail = ", ".join(f"{k}={v}" for k, v in parts.items())
+    return parts[name], f"max({detail}) = {parts[name]} tokens ({name})"
+
+
+def lpt(weights: np.ndarray, bins: int) -> np.ndarray:
+    """Longest processing time first: each request, largest first, to the least-loaded client."""
+    order = np.argsort(-weights, kind="stable")
+    heap = [(0, j) for j in range(bins)]
+    assign = np.empty(len(weights), dtype=np.int64)
+    for i in order:
+        load, j = heapq.heappop(heap)
+        assign[i] = j
+        heapq.heappush(heap, (load + int(weights[i]), j))
+    return assign
+
+
+def improve(weights: np.ndarray, bins: int, assign: np.ndarray, target: int,
+            deadline: float) -> np.ndarray:
+    """Local search on the makespan, improving ``assign`` in place (and returning it).
+
+    Tries two neighbourhoods around a most-loaded client ``a`` until the makespan reaches
+    ``target`` (a lower bound), no neighbour improves it, or ``deadline`` (perf_counter seconds)
+    passes:
+
+    1. exact two-client repartition: the requests of ``a`` and another client re-split optimally
+       (subset-sum by bitset dynamic programming), tried against clients in increasing load;
+    2. best-improvement move (one request of ``a`` to another client) or swap (one request each
+       way) that most lowers the larger of the two loads, kept below the current makespan.
+    """
+    w = np.asarray(weights, dtype=np.int64)
+    load = np.bincount(assign, weights=w, minlength=bins).astype(np.int64)
+    while True:
+        top = int(load.max())
+        if top <= target or time.perf_counter() > deadline:
+            return assign
+        a = int(np.argmax(load))
+        if _repartition_with_some_client(w, load, assign, a, top, deadline):
+            continue
+        if not _best_move_or_swap(w, load, assign, a, top):
+            return assign
+
+
+def _best_move_or_swap(w: np.ndarray, load: np.ndarray, assign: np.ndarray, a: int,
+                       top: int) -> bool:
+    mine = np.flatnonzero(assign == a)
+    others = np.flatnonzero(assign != a)
+    other_loads = load.copy()
+    other_loads[a] = np.iinfo(np.int64).max
+    b = int(np.argmin(other_loads))
+    move_val = np.maximum(top - w[mine], load[b] + w[mine])
+    move_val[load[b] + w[mine] >= top] = top
+    r = int(np.argmin(move_val))
+    best_val, best = int(move_val[r]), (int(mine[r]), -1)
+    if len(others):
+        d = w[mine][:, None] - w[others][None, :]
+        lk = load[assign[others]][None, :]
+        val = np.maximum(top - d, lk + d)
+        val[(d <= 0) | (lk + d >= top)] = top
+        r, c = divmod(int(np.argmin(val)), len(others))
+        if int(val[r, c]) < best_val:
+            best_val, best = int(val[r, c]), (int(mine[r]), int(others[c]))
+    if best_val >= top:
+        return False
+    i, k = best
+    if k < 0:
+        assign[i] = b
+        load[a] -= w[i]
+        load[b] += w[i]
+    else:
+        c = int(assign[k])
+        assign[i], assign[k] = c, a
+        load[a] += w[k] - w[i]
+        load[c] += w[i] - w[k]
+    return True
+
+
+def _repartition_with_some_client(w: np.ndarray, load: np.ndarray, assign: np.ndarray, a: int,
+                                  top: int, deadline: float) -> bool:
+    for b in np.argsort(load, kind="stable"):
+        b = int(b)
+        if b == a:
+            continue
+        if load[b] >= top - 1 or time.perf_counter() > deadline:
+            return False
+        pair = np.flatnonzero((assign == a) | (assign == b))
+        side_a = best_two_way_split(w[pair], top - 1)
+        if side_a is not None:
+            assign[pair] = np.where(side_a, a, b)
+            load[a] = int(w[pair][side_a].sum())
+            load[b] = int(w[pair][~side_a].sum())
+            return True
+    return False
+
+
+def best_two_way_split(weights: np.ndarray, cap: int) -> np.ndarray | None:
+    """Split ``weights`` into two sides minimising the larger side sum, or None if that sum would
+    exceed ``cap``. Exact: the reachable subset sums are a bitset (a Python int) per prefix."""
+    total = int(weights.sum())
+    reach = [1]
+    for x in weights:
+        reach.append(reach[-1] | (reach[-1] << int(x)))
+    lo = total - cap  # side A must lie in [total - cap, cap]
+    if lo > cap:
+        return None
+    window = (reach[-1] >> max(lo, 0)) & ((1 << (cap - max(lo, 0) + 1)) - 1)
+    if not window:
+        return None
+    sums = [max(lo, 0) + k for k in range(window.bit_length()) if window >> k & 1]
+    s = min(sums, key=lambda v: max(v, total - v))
+    side_a = np.zeros(len(weights), dtype=bool)
+    for k in range(len(weights) - 1, -1, -1):
+        if not (reach[k] >> s) & 1:
+            side_a[k] = True
+            s -= int(weights[k])
+    return side_a
+
+
+def group_lns(weights: np.ndarray, bins: int, assign: np.ndarray, target: int, deadline: float,
+              seed: int = 0, patience: int = 50, progress: Progress = SILENT,
+              ms_per_unit: float = 1.0) -> np.ndarray:
+    """Large-neighbourhood search with an exact inner solver: take a most-loaded client and 2–5
+    other clients (drawn with probability rising with their slack below ``target``), and let
+    CP-SAT re-pack all their requests so that every one of these clients stays below the
+    current makespan. Improves ``assign`` in place (and returns it). Stops at ``target``, at
+    ``deadline`` or after ``patience`` groups in a row that found no better packing."""
+    w = np.asarray(weights, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    load = np.bincount(assign, weights=w, minlength=bins).astype(np.int64)
+    failures = 0
+    while failures < patience:
+        top = int(load.max())
+        if top <= target or time.perf_counter() > deadline or bins < 2:
+            break
+        hot = int(rng.choice(np.flatnonzero(load == top)))
+        others = np.array([j for j in range(bins) if j != hot])
+        slack = np.maximum(top - 1 - load[others], 0).astype(float) + 0.1
+        size = int(min(rng.integers(2, 6), len(others)))
+        group = [hot, *rng.choice(others, size=size, replace=False, p=slack / slack.sum())]
+        members = np.flatnonzero(np.isin(assign, group))
+        members = members[np.argsort(-w[members], kind="stable")]
+        packed = _pack_exactly(w[members], len(group), top - 1, deadline)
+        if packed is None:
+            failures += 1
+            continue
+        failures = 0
+        assign[members] = np.asarray(group)[packed]
+        load = np.bincount(assign, weights=w, minlength=bins).astype(np.int64)
+        improve(w, bins, assign, target, deadline)
+        load = np.bincount(assign, weights=w, minlength=bins).astype(np.int64)
+        progress.incumbent(float(load.max()) * ms_per_unit, None, " ms")
+    return assign
+
+
+def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.ndarray | None:
+    """Requests (non-increasing weights) into ``k`` clients of capacity ``cap``, or None."""
+    model = cp_model.CpModel()
+    x = [[model.NewBoolVar("") for _ in range(min(k, i + 1))] for i in range(len(weights))]
+    for row in x:
+        model.AddExactlyOne(row)
+    for j in range(k):
+        model.Add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(min(0.2, deadline - time.perf_counter()), 0.01)
+    solver.parameters.num_workers = 1
+    if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return np.array([next(j for j, v in enumerate(row) if solver.Value(v)) for row in x])
+
+
+# --------------------------------------------------------------------------- exact models
+
+def pyomo_model(bp: BinPacking) -> pyo.ConcreteModel:
+    """Eqs 26–30 as written (loads in tokens; objective × t_round gives ms)."""
+    m = pyo.ConcreteModel(name="pang_binpacking_eq26_30")
+    m.I = pyo.RangeSet(0, bp.n - 1)
+    m.J = pyo.RangeSet(0, bp.bins - 1)
+    w = [int(x) for x in bp.weights]
+    m.x = pyo.Var(m.I, m.J, domain=pyo.Binary)                      # (29)
+    m.t = pyo.Var(m.J, domain=pyo.NonNegativeReals)                 # (30)
+    m.tmax = pyo.Var(domain=pyo.NonNegativeReals)                   # (30)
+    m.objective = pyo.Objective(expr=m.tmax, sense=pyo.minimize)    # (26), max_j t_j ≤ tmax
+    m.makespan = pyo.Constraint(m.J, rule=lambda m, j: m.t[j] <= m.tmax)
+    m.assign = pyo.Constraint(m.I, rule=lambda m, i: sum(m.x[i, j] for j in m.J) == 1)  # (27)
+    m.client_load = pyo.Constraint(                                 # (28)
+        m.J, rule=lambda m, j: sum(w[i] * m.x[i, j] for i in m.I) <= m.t[j]
+    )
+    return m
+
+
+def cpsat_model(bp: BinPacking, *, strengthen: bool = False, hint: np.ndarray | None = None,
+                lower: int = 0, upper: int | None = None
+                ) -> tuple[cp_model.CpModel, list[list[cp_model.IntVar]]]:
+    """Eqs 26–30 in CP-SAT. With ``strengthen``: request i (in non-increasing weight order) may
+    only use clients 0..i (identical clients are interchangeable, so some optimum has this form),
+    and the makespan is restricted to [lower, upper]."""
+    model = cp_model.CpModel()
+    w = [int(x) for x in bp.weights]
+    order = np.argsort(-bp.weights, kind="stable") if strengthen else np.arange(bp.n)
+    rank = np.empty(bp.n, dtype=np.int64)
+    rank[order] = np.arange(bp.n)
+    hi = upper if upper is not None else int(sum(w))
+    x = []
+    for i in range(bp.n):
+        allowed = bp.bins if not strengthen else min(bp.bins, int(rank[i]) + 1)
+        x.append([model.NewBoolVar(f"x_{i}_{j}") for j in range(allowed)])
+        model.AddExactlyOne(x[i])                                   # (27)
+    tmax = model.NewIntVar(lower, hi, "tmax")
+    for j in range(bp.bins):
+        terms = [(x[i][j], w[i]) for i in range(bp.n) if j < len(x[i])]
+        if terms:
+            model.Add(sum(wi * v for v, wi in terms) <= tmax)       # (28) with t_j folded in
+    model.Minimize(tmax)                                            # (26)
+    if hint is not None:
+        for i in range(bp.n):
+            for j, v in enumerate(x[i]):
+                model.AddHint(v, int(hint[i] == j))
+    return model, x
+
+
+def canonical_labels(bp: BinPacking, assign: np.ndarray) -> np.ndarray:
+    """Relabel clients in order of first use by requests sorted by non-increasing weight, so the
+    assignment satisfies the symmetry breaking of :func:`cpsat_model`."""
+    order = np.argsort(-bp.weights, kind="stable")
+    relabel: dict[int, int] = {}
+    for i in order:
+        relabel.setdefault(int(assign[i]), len(relabel))
+    for j in range(bp.bins):
+        relabel.setdefault(j, len(relabel))
+    return np.array([relabel[int(c)] for c in assign], dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- solve
+
+def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
+          progress: Progress = SILENT) -> Result:
+    bp = BinPacking.from_instance(instance)
+    t0 = time.perf_counter()
+    deadline = t0 + (time_limit_s if time_limit_s is not None else float("inf"))
+    lb, lb_text = load_lower_bound(bp.weights, bp.bins)
+    progress.incumbent(None, bp.to_ms(lb), " ms")
+    if solver in ("auto", "heuristic"):
+        return _solve_fast(bp, solver, lb, lb_text, t0, deadline, time_limit_s, progress)
+    if solver == "highs":
+        progress.stage(f"HiGHS on eqs 26–30 ({bp.n} × {bp.bins} binaries)")
+        model = pyomo_model(bp)
+        out = highs_backend.solve_highs(
+            model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
+            unit=" ms", mip_abs_gap=1 - 1e-6,
+            collect=lambda value: _read_pyomo_assignment(model, bp, value),
+        )
+        return _from_outcome(bp, out, "highs", lb, t0, time_limit_s, "HiGHS")
+    if solver == "cpsat":
+        progress.stage(f"CP-SAT on eqs 26–30 ({bp.n} × {bp.bins} booleans)")
+        model, x = cpsat_model(bp)
+        out = cpsat_backend.solve_cpsat(
+            model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
+            unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
+        )
+        return _from_outcome(bp, out, "cpsat", lb, t0, time_limit_s, "CP-SAT")
+    raise ValueError(f"unknown solver {solver!r}")
+
+
+def _remaining(deadline: float) -> float | None:
+    if deadline == float("inf"):
+        return None
+    return max(deadline - time.perf_counter(), 0.01)
+
+
+def _solve_fast(bp: BinPacking, solver: str, lb: int, lb_text: str, t0: float, deadline: float,
+                time_limit_s: float | None, progress: Progress) -> Result:
+    """Heuristic phases (each improving ``assign`` in place) until the incumbent meets the lower
+    bound; then, for ``auto``, CP-SAT warm-started from the incumbent for the rest of the time."""
+    from llmopt import __version__
+
+    version = f"llmopt {__version__}"
+    assign = lpt(bp.weights, bp.bins)
+    phases = [("LPT + improvement moves",
+               lambda: improve(bp.weights, bp.bins, assign, lb, deadline))]
+    if solver == "auto" and bp.bins > LNS_MIN_BINS:
+        lns_deadline = time.perf_counter() + 0.5 * max(deadline - time.perf_counter(), 0)
+        phases.append(("exact-repacking LNS",
+                       lambda: group_lns(bp.weights, bp.bins, assign, lb, lns_deadline,
+                                         progress=progress, ms_per_unit=bp.ms_per_unit)))
+    for name, phase in phases:
+        progress.stage(f"{name} (lower bound {lb} tokens)")
+        interrupted = False
+        try:
+            phase()
+        except KeyboardInterrupt:
+            interrupted = True
+        ub = int(bp.loads(assign).max())
+        progress.incumbent(bp.to_ms(ub), bp.to_ms(lb), " ms")
+        if ub == lb:
+            return _result(bp, "optimal", assign, lb, solver, version, t0, time_limit_s,
+                           proof=f"incumbent load {ub} tokens equals the lower bound {lb_text}")
+        if interrupted or time.perf_counter() >= deadline:
+            return _result(bp, "feasible", assign, lb, solver, version, t0, time_limit_s,
+                           interrupted=interrupted)
+    if solver == "heuristic":
+        return _result(bp, "feasible", assign, lb, solver, version, t0, time_limit_s)
+    version += f" + {cpsat_backend.version()}"
+    progress.stage(f"CP-SAT from incumbent {ub} (lower bound {lb} tokens)")
+    model, x = cpsat_model(bp, strengthen=True, hint=canonical_labels(bp, assign), lower=lb,
+                           upper=ub)
+    out = cpsat_backend.solve_cpsat(
+        model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
+        unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
+    )
+    if out.solution is not None and int(bp.loads(out.solution).max()) <= ub:
+        assign = out.solution
+        ub = int(bp.loads(assign).max())
+    bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
+    if out.ending == "optimal" or bound >= ub:
+        return _result(bp, "optimal", assign, ub, solver, version, t0, time_limit_s,
+                       proof=f"CP-SAT proved no assignment has makespan below {ub} tokens")
+    return _result(bp, "feasible", assign, bound, solver, version, t0, time_limit_s,
+                   interrupted=out.interrupted)
+
+
+def _read_cpsat_assignment(x: list[list[cp_model.IntVar]], value) -> np.ndarray:
+    return np.array([next(j for j, v in enumerate(row) if value(v)) for row in x], dtype=np.int64)
+
+
+def _read_pyomo_assignment(m: pyo.ConcreteModel, bp: BinPacking, value) -> np.ndarray:
+    return np.array([max(range(bp.bins), key=lambda j, i=i: value(m.x[i, j]))
+                     for i in range(bp.n)], dtype=np.int64)
+
+
+def _from_outcome(bp: BinPacking, out: Outcome, solver: str, lb: int, t0: float,
+                  time_limit_s: float | None, name: str) -> Result:
+    if out.ending == "infeasible":  # cannot happen for J ≥ 1, reported rather than hidden
+        return Result("binpacking", solver, "infeasible", None, None,
+                      time.perf_counter() - t0, time_limit_s, out.solver_version)
+    if out.solution is None:
+        status = "error" if out.ending == "error" else "time_limit_no_solution"
+        bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
+        return Result("binpacking", solver, status, None, bp.to_ms(bound),
+                      time.perf_counter() - t0, time_limit_s, out.solver_version,
+                      interrupted=out.interrupted, notes=[out.message] if out.message else [])
+    ub = int(bp.loads(out.solution).max())
+    bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
+    if bound >= ub:
+        proof = (f"{name} proved optimality" if out.ending == "optimal"
+                 else f"{name} dual bound rounds up to the incumbent")
+        return _result(bp, "optimal", out.solution, ub, solver, out.solver_version, t0,
+                       time_limit_s, proof=f"{proof}: makespan {ub} tokens")
+    return _result(bp, "feasible", out.solution, bound, solver, out.solver_version, t0,
+                   time_limit_s, interrupted=out.interrupted)
+
+
+def _result(bp: BinPacking, status: str, assign: np.ndarray, bound_units: int, solver: str,
+            version: str, t0: float, time_limit_s: float | None, *, proof: str | None = None,
+            interrupted: bool = False) -> Result:
+    loads = bp.loads(assign)
+    return Result(
+        problem="binpacking",
+        solver=solver,
+        status=status,
+        objective=bp.to_ms(loads.max()),
+        bound=bp.to_ms(bound_units),
+        runtime_s=time.perf_counter() - t0,
+        time_limit_s=time_limit_s,
+        solver_version=version,
+        proof=proof,
+        interrupted=interrupted,
+        data={
+            "t_round_ms": bp.ms_per_unit,
+            "assignment": {rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
+            "loads": [bp.to_ms(x) for x in loads],
+        },
+    )

@@ -1,0 +1,104 @@
+"""Results of a solve and the solution JSON contract.
+
+Solution JSON (a public contract; these keys are kept)::
+
+    {"llmopt_version", "instance", "instance_sha256", "problem", "solver", "solver_version",
+     "status", "objective", "bound", "gap", "runtime_s", "time_limit_s", "units",
+     ...problem-specific keys (binpacking: "assignment", "loads")}
+
+Status vocabulary: ``optimal`` (proven: objective == bound within tolerance), ``feasible``
+(incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmopt._io import load_json_mapping, write_atomic
+from llmopt.errors import SolutionFileError
+
+STATUSES = ("optimal", "feasible", "infeasible", "time_limit_no_solution", "error")
+CONTRACT_KEYS = (
+    "llmopt_version", "instance", "instance_sha256", "problem", "solver", "solver_version",
+    "status", "objective", "bound", "gap", "runtime_s", "time_limit_s", "units",
+)
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """(objective − bound) / |objective|, 0 when both are 0; None without both."""
+    if objective is None or bound is None:
+        return None
+    if objective == 0:
+        return 0.0 if bound >= 0 else math.inf
+    return max(objective - bound, 0.0) / abs(objective)
+
+
+@dataclass
+class Result:
+    """Outcome of solving one problem on one instance. Times in ms unless named otherwise."""
+
+    problem: str
+    solver: str
+    status: str
+    objective: float | None
+    bound: float | None
+    runtime_s: float
+    time_limit_s: float | None
+    solver_version: str
+    data: dict[str, Any] = field(default_factory=dict)
+    proof: str | None = None
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}")
+
+    @property
+    def gap(self) -> float | None:
+        return relative_gap(self.objective, self.bound)
+
+    def to_dict(self, instance: Any) -> dict[str, Any]:
+        from llmopt import __version__
+
+        out: dict[str, Any] = {
+            "llmopt_version": __version__,
+            "instance": instance.name,
+            "instance_sha256": instance.sha256,
+            "problem": self.problem,
+            "solver": self.solver,
+            "solver_version": self.solver_version,
+            "status": self.status,
+            "objective": self.objective,
+            "bound": self.bound,
+            "gap": self.gap,
+            "runtime_s": round(self.runtime_s, 4),
+            "time_limit_s": self.time_limit_s,
+            "units": "ms",
+        }
+        if self.proof:
+            out["proof"] = self.proof
+        if self.interrupted:
+            out["interrupted"] = True
+        if self.notes:
+            out["notes"] = list(self.notes)
+        out.update(self.data)
+        return out
+
+    def write(self, path: Path, instance: Any) -> Path:
+        write_atomic(path, json.dumps(self.to_dict(instance), indent=1) + "\n")
+        return path
+
+
+def read_solution(path: str | Path) -> dict[str, Any]:
+    """Read a solution JSON and check that the contract keys are present."""
+    path = Path(path)
+    data = load_json_mapping(path, "solution file")
+    missing = [k for k in CONTRACT_KEYS if k not in data]
+    if missing:
+        raise SolutionFileError(f"missing required keys: {', '.join(missing)}", file=path)
+    return data

@@ -1,0 +1,51 @@
+"""Solver front end: ``solve(instance, problem=…, solver=…, time_limit_s=…) -> Result``."""
+
+from __future__ import annotations
+
+import logging
+
+from llmopt.errors import OptionError
+from llmopt.formulations import PROBLEMS
+from llmopt.instance import Instance
+from llmopt.progress import SILENT, Progress
+from llmopt.result import Result
+
+DEFAULT_PROBLEM = "binpacking"
+DEFAULT_SOLVER = "auto"
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+def resolve_options(instance: Instance, problem: str | None, solver: str | None,
+                    time_limit_s: float | None) -> tuple[str, str, float | None]:
+    """Command-line values win over the instance's ``solve:`` defaults, which win over ours."""
+    problem = problem or instance.solve.problem or DEFAULT_PROBLEM
+    solver = solver or instance.solve.solver or DEFAULT_SOLVER
+    if time_limit_s is None:
+        time_limit_s = instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
+    field_of = "solve.problem" if instance.solve.problem == problem else "--problem"
+    if problem not in PROBLEMS:
+        raise OptionError(f"unknown problem (known: {', '.join(PROBLEMS)})",
+                          file=instance.label() if field_of.startswith("solve") else None,
+                          field=field_of, value=problem)
+    solvers = PROBLEMS[problem].SOLVERS
+    if solver not in solvers:
+        from_file = instance.solve.solver == solver
+        raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
+                          file=instance.label() if from_file else None,
+                          field="solve.solver" if from_file else "--solver", value=solver)
+    if time_limit_s is not None and time_limit_s <= 0:
+        raise OptionError("must be positive", field="--time-limit", value=time_limit_s)
+    return problem, solver, time_limit_s
+
+
+def solve(instance: Instance, problem: str | None = None, solver: str | None = None,
+          time_limit_s: float | None = None, progress: Progress = SILENT) -> Result:
+    """Solve ``problem`` on ``instance``; the result keeps the incumbent and the best bound even
+    when the time limit is hit or the run is interrupted."""
+    problem, solver, time_limit_s = resolve_options(instance, problem, solver, time_limit_s)
+    logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
+    try:
+        return PROBLEMS[problem].solve(instance, solver=solver, time_limit_s=time_limit_s,
+                                       progress=progress)
+    finally:
+        progress.done()
