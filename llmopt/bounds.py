@@ -30,6 +30,7 @@ class Bound:
     value_ms: float
     equation: str
     valid_under: str
+    why: str
     parts: dict[str, float] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -81,10 +82,12 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
         name="pang_eq32",
         value_ms=round(t_p + t_d, 6),
         equation="T_LB = t_p + t_d (eqs 31–32)",
-        valid_under=(
-            "the original MIP's stage model when every prefill stage runs at the largest level "
-            "and every decode round costs t_round(J); with smaller prefill levels eq 31 may "
-            "overstate the prefill part (see pang_eq32_levels)"
+        valid_under="stage model, prefill stages all at the largest level",
+        why=(
+            "prefill and decode stages never overlap (eqs 3–4); every client decodes its load "
+            "at t_round per token (eq 8); eq 31 charges each prefill stage at the largest level "
+            "T^p_L, so with smaller levels it may overstate the prefill part "
+            "(see pang_eq32_levels)"
         ),
         parts={"t_p": round(t_p, 6), "t_d": t_d},
         detail=detail,
@@ -95,10 +98,10 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
         name="pang_eq32_levels",
         value_ms=round(t_p_any_level + t_d, 6),
         equation="t_p' + t_d, t_p' = overhead·ceil(ΣN^p/N^cap_L) + per_token·ΣN^p",
-        valid_under=(
-            "the original MIP's stage model with any prefill levels T^p_l = overhead + "
-            "per_token·N^cap_l: at least ceil(ΣN^p/N^cap_L) stages each pay the overhead, and "
-            "every prompt token is paid once"
+        valid_under="stage model, any prefill levels",
+        why=(
+            "with levels T^p_l = overhead + per_token·N^cap_l, at least ceil(ΣN^p/N^cap_L) "
+            "non-empty prefill stages each pay the overhead and every prompt token is paid once"
         ),
         parts={"t_p": round(t_p_any_level, 6), "t_d": t_d},
         detail=detail,

@@ -138,25 +138,20 @@ def bound(
                    "bounds": [b.to_dict() for b in bounds]}
         sys.stdout.write(json.dumps(payload, indent=1) + "\n")
         return
-    main = bounds[0]
-    d = main.detail
-    table = Table(title=f"Lower bound for {inst.name} (Pang et al. 2025, eqs 31–32)",
+    d = bounds[0].detail
+    table = Table(title=f"Lower bounds on total inference time for {inst.name}",
                   show_edge=False, header_style="bold", title_justify="left")
-    table.add_column("part")
-    table.add_column("ms", justify="right")
-    table.add_column("how")
-    table.add_row("t_p", _fmt_ms(main.parts["t_p"]),
-                  f"eq 31: T^p_L = {d['largest_level_ms']:,.2f} ms × "
-                  f"ceil({d['total_input_tokens']:,} / {d['largest_level_tokens']:,}) = "
-                  f"{d['prefill_stages']} stages")
-    table.add_row("t_d", _fmt_ms(main.parts["t_d"]),
-                  f"eqs 26–30: {d['t_d_source']}, t_round = {d['t_round_ms']} ms")
-    table.add_row("T_LB", _fmt_ms(main.value_ms), "eq 32: t_p + t_d", style="bold")
-    out.print(table)
-    for b in bounds[1:]:
-        out.print(f"{b.name}: {_fmt_ms(b.value_ms)} ms = {b.equation}")
+    for col, justify in (("bound", "left"), ("ms", "right"), ("t_p", "right"),
+                         ("t_d", "right"), ("valid under", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for b in bounds:
-        out.print(f"[dim]{b.name} holds under {b.valid_under}[/dim]")
+        table.add_row(b.name, _fmt_ms(b.value_ms), _fmt_ms(b.parts.get("t_p")),
+                      _fmt_ms(b.parts.get("t_d")), b.valid_under)
+    out.print(table)
+    out.print(f"t_p (eq 31) = T^p_L {d['largest_level_ms']:,.2f} ms × "
+              f"ceil({d['total_input_tokens']:,} / {d['largest_level_tokens']:,}) = "
+              f"{d['prefill_stages']} stages; t_d = {d['t_d_source']} (eqs 26–30) at "
+              f"t_round {d['t_round_ms']} ms")
 
 
 @app.command()

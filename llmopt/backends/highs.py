@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import math
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import highspy
@@ -59,8 +63,12 @@ def solve_highs(
     if warm_start:
         _set_start(opt, h, warm_start)
     last = [0.0]
+    stop = threading.Event()
 
     def report(event: Any) -> None:
+        if stop.is_set():
+            event.interrupt()
+            return
         now = time.perf_counter()
         if now - last[0] < 0.2:
             return
@@ -76,14 +84,15 @@ def solve_highs(
     solver_options = {"mip_rel_gap": mip_rel_gap, "mip_abs_gap": mip_abs_gap}
     solver_options.update(options or {})
     t0 = time.perf_counter()
-    res = opt.solve(
-        model,
-        time_limit=time_limit_s,
-        load_solutions=False,
-        raise_exception_on_nonoptimal_result=False,
-        tee=[_LogStream(progress)] if progress.verbose else False,
-        solver_options=solver_options,
-    )
+    with _sigint_sets(stop):
+        res = opt.solve(
+            model,
+            time_limit=time_limit_s,
+            load_solutions=False,
+            raise_exception_on_nonoptimal_result=False,
+            tee=[_LogStream(progress)] if progress.verbose else False,
+            solver_options=solver_options,
+        )
     runtime = time.perf_counter() - t0
     has_solution = res.solution_status in (SolutionStatus.feasible, SolutionStatus.optimal)
     tc = res.termination_condition
@@ -99,17 +108,34 @@ def solve_highs(
         ending = "no_solution"
     if has_solution:
         res.solution_loader.load_vars()
-    interrupted = h.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+    interrupted = stop.is_set() or h.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+    bound = res.objective_bound
+    if ending == "infeasible" or bound is None or not math.isfinite(bound):
+        bound = None
     return Outcome(
         ending=ending,
         objective=res.incumbent_objective if has_solution else None,
-        bound=res.objective_bound if ending != "infeasible" else None,
+        bound=bound,
         runtime_s=runtime,
         solver_version=version(),
         interrupted=interrupted,
         message=str(tc.name if hasattr(tc, "name") else tc),
         solution=solution_or_none(ending, collect, pyo.value),
     )
+
+
+@contextlib.contextmanager
+def _sigint_sets(flag: threading.Event) -> Iterator[None]:
+    """While solving, Ctrl-C sets ``flag`` (the MIP callback then stops HiGHS, which keeps its
+    incumbent) instead of raising KeyboardInterrupt inside the solver's callback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: flag.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _set_start(opt: Highs, h: highspy.Highs, start: Mapping[Any, float]) -> None:

@@ -263,7 +263,8 @@ def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.
     for j in range(k):
         model.Add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(min(0.2, deadline - time.perf_counter()), 0.01)
+    solver.parameters.max_time_in_seconds = max(min(0.05, deadline - time.perf_counter()),
+                                                0.01)
     solver.parameters.num_workers = 1
     if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None

@@ -1,0 +1,53 @@
+"""Helpers shared by the benchmark scripts: machine description and docs/benchmarks.md update."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, AttributeError):
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores{mem}; Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def header(command: str) -> str:
+    today = dt.date.today().isoformat()
+    return f"- Machine: {machine()}\n- Date: {today}\n- Command: `{command}`\n"
+
+
+def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
+    """Replace the text between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def command_line() -> str:
+    return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])

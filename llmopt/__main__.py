@@ -1,0 +1,3 @@
+from llmopt.cli import main
+
+main()

@@ -1,0 +1,139 @@
+"""Every user mistake: one line naming file, field and value; exit code 2; no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmopt.errors import LlmoptError
+from llmopt.instance import load_instance
+
+GOOD_HEAD = """name: t
+model: pang-llama65b-ascend8
+system: {clients: 2}
+"""
+
+CASES = {
+    # id: (yaml text or None for a missing file, extra CLI args, expected fragments)
+    "missing_file": (None, [], ["does-not-exist.yaml", "not found"]),
+    "yaml_syntax": (
+        "name: t\nmodel: pang-llama65b-ascend8\nsystem: {clients: 2\nrequests: []\n",
+        [], ["inst.yaml", "YAML syntax error", "line"],
+    ),
+    "unknown_profile": (
+        "name: t\nmodel: no-such-gpu\nsystem: {clients: 2}\n"
+        "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        [], ["inst.yaml", "model", "no-such-gpu", "unknown profile"],
+    ),
+    "missing_field": (
+        "name: t\nmodel: pang-llama65b-ascend8\n"
+        "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        [], ["inst.yaml", "system", "required"],
+    ),
+    "missing_request_field": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 3}]\n",
+        [], ["inst.yaml", "requests[0].output_tokens", "required"],
+    ),
+    "negative_tokens": (
+        GOOD_HEAD + "requests:\n  - {id: a, input_tokens: 3, output_tokens: 4}\n"
+        "  - {id: b, input_tokens: -5, output_tokens: 4}\n",
+        [], ["inst.yaml", "requests[1].input_tokens", "-5"],
+    ),
+    "non_integer_tokens": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 3, output_tokens: 4.5}]\n",
+        [], ["inst.yaml", "requests[0].output_tokens", "4.5"],
+    ),
+    "duplicate_ids": (
+        GOOD_HEAD + "requests:\n  - {id: a, input_tokens: 3, output_tokens: 4}\n"
+        "  - {id: a, input_tokens: 2, output_tokens: 9}\n",
+        [], ["inst.yaml", "requests[1].id", "'a'", "duplicate"],
+    ),
+    "zero_clients": (
+        "name: t\nmodel: pang-llama65b-ascend8\nsystem: {clients: 0}\n"
+        "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        [], ["inst.yaml", "system.clients", "0"],
+    ),
+    "empty_requests": (GOOD_HEAD + "requests: []\n", [], ["inst.yaml", "requests", "empty"]),
+    "unknown_problem": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        ["--problem", "tsp"], ["--problem", "'tsp'", "unknown problem"],
+    ),
+    "unknown_solver": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        ["--solver", "gurobi"], ["--solver", "'gurobi'", "unknown solver"],
+    ),
+    "unknown_solver_in_file": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n"
+        "solve: {solver: cplex}\n",
+        [], ["inst.yaml", "solve.solver", "'cplex'"],
+    ),
+    "trace_wrong_columns": (
+        GOOD_HEAD + "requests: {trace: trace.csv, format: azure}\n",
+        [], ["trace.csv", "columns", "wrong columns", "prompt"],
+    ),
+    "trace_missing": (
+        GOOD_HEAD + "requests: {trace: nowhere.csv}\n", [], ["nowhere.csv", "not found"],
+    ),
+    "trace_bad_tokens": (
+        GOOD_HEAD + "requests: {trace: bad.csv}\n", [],
+        ["bad.csv", "num_decode_tokens (row 1)", "-3"],
+    ),
+    "unknown_top_level_field": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\nclients: 3\n",
+        [], ["inst.yaml", "clients", "unknown field"],
+    ),
+    "generator_bad_dist": (
+        GOOD_HEAD + "requests: {generate: {count: 3, seed: 1, input: {dist: zipf},"
+        " output: {dist: constant, value: 3}}}\n",
+        [], ["inst.yaml", "requests.generate.input.dist", "'zipf'"],
+    ),
+    "top_level_not_mapping": ("- a\n- b\n", [], ["inst.yaml", "mapping"]),
+    "negative_time_limit": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        ["--time-limit", "-1"], ["--time-limit", "-1", "positive"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cli_reports_user_mistakes_on_one_line(case, cli, tmp_path):
+    text, args, fragments = CASES[case]
+    (tmp_path / "trace.csv").write_text("time,prompt,answer\n0,1,2\n")
+    (tmp_path / "bad.csv").write_text(
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,6\n1.5,7,-3\n"
+    )
+    path = tmp_path / ("does-not-exist.yaml" if text is None else "inst.yaml")
+    if text is not None:
+        path.write_text(text)
+    result = cli("solve", path, "--out", tmp_path / "out", *args)
+    assert result.exit_code == 2, result.output
+    stderr = result.stderr.strip()
+    assert "Traceback" not in result.output + stderr
+    assert stderr.startswith("error:")
+    assert len(stderr.splitlines()) == 1, stderr
+    for fragment in fragments:
+        assert fragment in stderr, (fragment, stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_library_raises_llmopt_error_with_parts(tmp_path):
+    path = tmp_path / "i.yaml"
+    path.write_text(GOOD_HEAD + "requests: [{id: a, input_tokens: 0, output_tokens: 1}]\n")
+    with pytest.raises(LlmoptError) as info:
+        load_instance(path)
+    assert info.value.file == str(path)
+    assert info.value.field == "requests[0].input_tokens"
+    assert info.value.value == 0
+
+
+def test_validate_and_bound_commands_report_bad_files(cli, tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n")
+    bad_json = tmp_path / "sol.json"
+    bad_json.write_text("{not json")
+    result = cli("validate", good, bad_json)
+    assert result.exit_code == 2 and "sol.json" in result.stderr and "JSON" in result.stderr
+    (tmp_path / "partial.json").write_text('{"problem": "binpacking"}')
+    result = cli("validate", good, tmp_path / "partial.json")
+    assert result.exit_code == 2 and "missing required keys" in result.stderr
+    result = cli("bound", tmp_path / "nope.yaml")
+    assert result.exit_code == 2 and "nope.yaml" in result.stderr

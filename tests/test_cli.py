@@ -1,0 +1,70 @@
+"""The CLI writes the solution contract, charts and bounds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, TOY
+
+from llmopt.result import CONTRACT_KEYS
+
+
+def test_solve_writes_contract_json_and_png(cli, tmp_path):
+    result = cli("solve", TOY / "quickstart.yaml", "--out", tmp_path)
+    assert result.exit_code == 0, result.output + result.stderr
+    for fragment in ("binpacking", "auto", "optimal", "25,274.5"):
+        assert fragment in result.output
+    sol_path = tmp_path / "quickstart" / "binpacking-auto.json"
+    sol = json.loads(sol_path.read_text())
+    for key in CONTRACT_KEYS:
+        assert key in sol
+    assert sol["units"] == "ms" and sol["time_limit_s"] == 30
+    assert set(sol["assignment"]) == {f"q{i}" for i in range(12)}
+    assert len(sol["loads"]) == 4
+    png = (tmp_path / "quickstart" / "binpacking-auto.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert cli("validate", TOY / "quickstart.yaml", sol_path).exit_code == 0
+    assert not list((tmp_path / "quickstart").glob(".*"))  # no temp files left behind
+
+
+def test_cli_flags_override_instance_defaults(cli, tmp_path):
+    result = cli("solve", TOY / "quickstart.yaml", "--out", tmp_path, "--solver", "highs",
+                 "--time-limit", "12", "--no-plot")
+    assert result.exit_code == 0
+    sol = json.loads((tmp_path / "quickstart" / "binpacking-highs.json").read_text())
+    assert sol["solver"] == "highs" and sol["time_limit_s"] == 12
+    assert sol["solver_version"].startswith("highs ")
+    assert not (tmp_path / "quickstart" / "binpacking-highs.png").exists()
+
+
+def test_bound_reports_eq31_and_eq32_parts(cli):
+    result = cli("bound", TOY / "quickstart.yaml", "--json")
+    assert result.exit_code == 0, result.stderr
+    bounds = {b["name"]: b for b in json.loads(result.stdout)["bounds"]}
+    eq32 = bounds["pang_eq32"]
+    # 808 prompt tokens fit one largest-level stage of 4096 tokens: 25 + 0.13 × 4096 ms;
+    # the bin-packing optimum is 847 tokens at t_round = 29 + 0.21 × 4 ms.
+    assert eq32["parts"]["t_p"] == pytest.approx(557.48)
+    assert eq32["parts"]["t_d"] == pytest.approx(847 * 29.84)
+    assert eq32["value_ms"] == pytest.approx(557.48 + 847 * 29.84)
+    levels = bounds["pang_eq32_levels"]
+    assert levels["parts"]["t_p"] == pytest.approx(25 + 0.13 * 808)
+    table = cli("bound", TOY / "quickstart.yaml")
+    assert table.exit_code == 0 and "pang_eq32" in table.stdout and "eq 31" in table.stdout
+
+
+@pytest.mark.parametrize("first", ["highspy", "ortools.sat.python.cp_model"])
+def test_highspy_and_ortools_load_in_either_order(first):
+    """Both packages ship a libhighs.so.1 and the loader keeps whichever comes first."""
+    second = "ortools.sat.python.cp_model" if first == "highspy" else "highspy"
+    code = (f"import {first}, {second}\n"
+            "import highspy\nh = highspy.Highs(); h.setOptionValue('output_flag', False)\n"
+            "h.addVar(0, 4); h.changeColCost(0, -1.0); h.run()\n"
+            "assert abs(h.getInfo().objective_function_value + 4) < 1e-9\n"
+            "from ortools.sat.python import cp_model\n"
+            "m = cp_model.CpModel(); x = m.NewIntVar(0, 3, 'x'); m.Maximize(x)\n"
+            "s = cp_model.CpSolver(); assert s.Solve(m) == cp_model.OPTIMAL\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
