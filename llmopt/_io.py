@@ -110,6 +110,12 @@ def sha256_of(obj: Any) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write a file so that readers see either the old or the new content, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +126,7 @@ def write_atomic(path: Path, data: bytes | str) -> None:
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,33 @@
+"""Committed reference solutions stay valid for the instances they were made for: a change to an
+instance, a profile or the generator that alters the data shows up here."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT
+
+from llmopt.instance import load_instance
+from llmopt.result import read_solution
+from llmopt.validate import validate_solution
+
+REFERENCE = sorted((ROOT / "solutions" / "reference").glob("*/*.json"))
+
+
+def instance_named(name: str):
+    for path in sorted((ROOT / "instances").rglob("*.yaml")):
+        inst = load_instance(path)
+        if inst.name == name:
+            return inst
+    raise AssertionError(f"no instance named {name}")
+
+
+@pytest.mark.parametrize("path", REFERENCE, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_reference_solution_is_valid(path):
+    sol = read_solution(path)
+    inst = instance_named(sol["instance"])
+    assert validate_solution(inst, sol) == []
+    assert sol["status"] == "optimal"
+
+
+def test_there_are_reference_solutions():
+    assert len(REFERENCE) >= 2
