@@ -106,4 +106,33 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
         parts={"t_p": round(t_p_any_level, 6), "t_d": t_d},
         detail=detail,
     )
-    return [eq32, levels]
+    return [eq32, levels, replay_rounds_bound(instance, bp.bound or 0.0, bp.data["t_round_ms"])]
+
+
+def replay_rounds_bound(instance: Instance, t_d_ms: float, t_round_ms: float) -> Bound:
+    """A bound valid under the replay engine's time model of PD competition, where a decode
+    round costs overhead + per_client × (clients decoding) and a prefill stage overhead +
+    per_token × tokens: every client decodes one token per round, so the rounds R are at least
+    the bin-packing optimum in tokens (t_d / t_round); every output token pays per_client once;
+    at least ceil(ΣN^p / P) prefill stages each pay the overhead; stages never overlap."""
+    profile: PangLinearProfile = instance.profile  # type: ignore[assignment]
+    cap, _ = largest_prefill_level(instance)
+    total_in = int(instance.input_tokens.sum())
+    total_out = int(instance.output_tokens.sum())
+    rounds = round(t_d_ms / t_round_ms) if t_round_ms else 0
+    decode = profile.decode.overhead_ms * rounds + profile.decode.per_client_ms * total_out
+    prefill = (profile.prefill.overhead_ms * -(-total_in // cap)
+               + profile.prefill.per_token_ms * total_in)
+    return Bound(
+        name="pd_replay_rounds",
+        value_ms=round(prefill + decode, 6),
+        equation="overhead_p·ceil(ΣN^p/P) + per_token·ΣN^p + overhead_d·R + per_client·ΣN^d",
+        valid_under="replay model, PD competition, batch-dependent rounds",
+        why=(
+            "each client decodes one token per round, so R ≥ the bin-packing optimum in tokens; "
+            "each output token is paid per_client once; at least ceil(ΣN^p/P) prefill stages "
+            "pay the overhead; prefill and decode iterations never overlap"
+        ),
+        parts={"t_p": round(prefill, 6), "t_d": round(decode, 6)},
+        detail={"rounds_at_least": rounds, "total_output_tokens": total_out},
+    )

@@ -26,7 +26,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True, highlight=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -176,6 +176,140 @@ def validate(
         raise typer.Exit(1)
     out.print(f"[bold green]valid[/]: {solution} ({sol['problem']}, {sol['status']}, "
               f"objective {_fmt_ms(sol['objective'])} ms)")
+
+
+PolicyOpt = Annotated[
+    str, typer.Option("--policy", "--policies", help="Comma-separated policies: baseline, "
+                      "offline, online, iteration, hybrid, plan.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Folder for outputs.")]
+
+
+def _policies(text: str) -> list[str]:
+    from llmopt.errors import OptionError
+    from llmopt.replay import policy_names
+
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in policy_names()]
+    if unknown or not names:
+        raise OptionError(f"unknown policy (known: {', '.join(policy_names())})",
+                          field="--policy", value=unknown[0] if unknown else text)
+    return names
+
+
+def _metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("policy", "total (s)", "utilization", "tokens/s", "TTFT p50 (s)",
+                "TPOT p50 (ms)", "E2E p99 (s)", "iterations"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for name, m in rows:
+        table.add_row(name, f"{m['makespan_ms'] / 1000:.2f}", f"{m['utilization']:.2%}",
+                      f"{m['tokens_per_s']:.1f}", f"{m['ttft_p50_ms'] / 1000:.2f}",
+                      f"{m['tpot_p50_ms']:.1f}", f"{m['e2e_p99_ms'] / 1000:.2f}",
+                      f"{m['iterations']:,}")
+    return table
+
+
+@app.command()
+@user_errors
+def replay(
+    instance: InstanceArg,
+    policy: PolicyOpt = "baseline,offline,online,hybrid",
+    plan: Annotated[Path | None, typer.Option(help="Solution JSON whose plan policy "
+                                              "'plan' replays.")] = None,
+    out_dir: OutOpt = Path("solutions"),
+    plot: Annotated[bool, typer.Option(help="Also write Gantt charts.")] = True,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Replay policies (and solver plans) through the iteration-level engine; write one solution
+    JSON (with segments and metrics) and one Gantt chart per policy."""
+    from llmopt.instance import load_instance
+    from llmopt.replay import replay_result
+    from llmopt.result import read_solution
+
+    inst = load_instance(instance)
+    names = _policies(policy)
+    plan_data = read_solution(plan) if plan else None
+    progress = _progress(verbose)
+    rows, written = [], []
+    for name in names:
+        result, schedule = replay_result(inst, name, plan=plan_data, progress=progress)
+        progress.done()
+        rows.append((name, result.data["metrics"]))
+        base = out_dir / inst.name / f"replay-{name}"
+        written.append(result.write(base.with_suffix(".json"), inst))
+        if plot:
+            from llmopt import plot as plots
+
+            ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
+                                    metrics=result.data["metrics"])
+            written.append(plots.save(ax, base.with_suffix(".png")))
+    out.print(_metrics_table(rows))
+    for path in written:
+        out.print(f"wrote {path}")
+
+
+@app.command()
+@user_errors
+def compare(
+    instance: InstanceArg,
+    policy: PolicyOpt = "baseline,offline,online,iteration,hybrid",
+    time_limit: TimeLimitOpt = None,
+    out_dir: OutOpt = Path("solutions"),
+    verbose: VerboseOpt = False,
+) -> None:
+    """Replay policies beside the lower bounds; write compare.md, compare.csv, compare.png."""
+    from llmopt import plot as plots
+    from llmopt._io import write_atomic
+    from llmopt.compare import compare as run_compare
+    from llmopt.instance import load_instance
+
+    inst = load_instance(instance)
+    names = _policies(policy)
+    progress = _progress(verbose)
+    comp = run_compare(inst, names, time_limit or inst.solve.time_limit_s or 60.0, progress)
+    progress.done()
+    folder = out_dir / inst.name
+    md = comp.markdown()
+    write_atomic(folder / "compare.md", f"# {inst.name}: schedules compared\n\n{md}")
+    write_atomic(folder / "compare.csv", comp.table.to_csv(index=False))
+    best = comp.best_bound
+    ax = plots.plot_comparison(comp.table, best.value_ms if best else None,
+                               title=f"{inst.name}: total inference time by schedule")
+    plots.save(ax, folder / "compare.png")
+    out.print(md)
+    for name in ("compare.md", "compare.csv", "compare.png"):
+        out.print(f"wrote {folder / name}")
+
+
+@app.command()
+@user_errors
+def gantt(
+    instance: InstanceArg,
+    solution: Annotated[Path, typer.Argument(help="Solution JSON file.", show_default=False)],
+    png: Annotated[Path | None, typer.Option("--out", help="PNG path (default: beside the "
+                                             "solution).")] = None,
+) -> None:
+    """Draw a solution: a Gantt chart with KV memory for schedules, the per-client assignment
+    for bin packing."""
+    from llmopt import plot as plots
+    from llmopt.errors import SolutionFileError
+    from llmopt.instance import load_instance
+    from llmopt.result import read_solution
+    from llmopt.schedule import Schedule
+
+    inst = load_instance(instance)
+    sol = read_solution(solution)
+    png = png or solution.with_suffix(".png")
+    if sol.get("segments"):
+        sched = Schedule.from_solution(sol)
+        ax = plots.gantt_figure(inst, sched.segments, sched.iterations if len(sched.iterations)
+                                else None, policy=str(sol.get("solver")),
+                                metrics=sol.get("metrics"))
+    elif sol.get("assignment"):
+        ax = plots.plot_assignment(inst, sol)
+    else:
+        raise SolutionFileError("nothing to draw: no segments and no assignment", file=solution)
+    out.print(f"wrote {plots.save(ax, png)}")
 
 
 def main() -> None:

@@ -87,3 +87,135 @@ def save(ax: Axes, path: Path, dpi: int = 120) -> Path:
     plt.close(ax.figure)
     write_atomic(path, buf.getvalue())
     return path
+
+
+PHASE_COLORS = {"prefill": "#f28e2b", "decode": "#4e79a7", "refill": "#b07aa1"}
+
+
+def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
+               title: str | None = None, raster_above: int = 20_000) -> Axes:
+    """Gantt chart in the style of Pang et al. 2025, Figs 6–9: one row per client (rows of
+    model instance e start at e × J), time in seconds, prefill and decode coloured.
+
+    Up to ``raster_above`` segments are drawn as rectangles; beyond, the chart is rasterised at
+    the figure's pixel resolution (a segment shorter than a pixel may vanish either way)."""
+    from matplotlib.patches import Patch
+
+    rows = int(segments["instance"].max() + 1) * clients_per_instance if len(segments) else 1
+    ax = _axes(ax, rows)
+    y = (segments["instance"].to_numpy() * clients_per_instance
+         + segments["client"].to_numpy()).astype(np.int64)
+    x0 = segments["start_ms"].to_numpy(dtype=float) / 1000.0
+    x1 = segments["end_ms"].to_numpy(dtype=float) / 1000.0
+    xmax = max(float(x1.max()) if len(x1) else 1.0, 1e-3) * 1.01
+    phases = list(PHASE_COLORS)
+    code = np.array([phases.index(p) + 1 if p in PHASE_COLORS else len(phases) + 1
+                     for p in segments["phase"]], dtype=np.int64)
+    if len(segments) <= raster_above:
+        _draw_rectangles(ax, x0, x1, y, code, rows)
+    else:
+        _draw_raster(ax, x0, x1, y, code, rows, xmax)
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("client")
+    present = [p for p in PHASE_COLORS if p in set(segments["phase"])]
+    ax.legend(handles=[Patch(color=PHASE_COLORS[p], label=p) for p in present],
+              loc="upper right", fontsize=8, framealpha=0.9)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def _palette() -> np.ndarray:
+    from matplotlib.colors import to_rgb
+
+    colors = ["white", *PHASE_COLORS.values(), "grey"]
+    return np.array([to_rgb(c) for c in colors])
+
+
+def _draw_rectangles(ax: Axes, x0, x1, y, code, rows: int) -> None:
+    from matplotlib.collections import PolyCollection
+
+    h = 0.42 if rows <= 40 else 0.5
+    verts = np.stack([np.stack([x0, y - h], 1), np.stack([x0, y + h], 1),
+                      np.stack([x1, y + h], 1), np.stack([x1, y - h], 1)], 1)
+    ax.add_collection(PolyCollection(verts, facecolors=_palette()[code], edgecolors="none",
+                                     antialiased=rows <= 60))
+
+
+def _draw_raster(ax: Axes, x0, x1, y, code, rows: int, xmax: float) -> None:
+    width = int(ax.figure.get_size_inches()[0] * ax.figure.dpi * 1.5)
+    scale = width / xmax
+    p0 = np.clip((x0 * scale).astype(np.int64), 0, width - 1)
+    p1 = np.clip(np.maximum((x1 * scale).astype(np.int64), p0 + 1), 1, width)
+    # a client's segments never overlap, so the running sum of +code/−code marks is the phase
+    diff = np.zeros((rows, width + 1), dtype=np.int64)
+    np.add.at(diff, (y, p0), code)
+    np.add.at(diff, (y, p1), -code)
+    grid = np.clip(np.cumsum(diff, axis=1)[:, :width], 0, len(PHASE_COLORS) + 1)
+    ax.imshow(_palette()[grid], aspect="auto", interpolation="nearest",
+              extent=(0, width / scale, rows - 0.5, -0.5))
+
+
+def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None) -> Axes:
+    """KV cache in use (tokens) over time, per model instance, with the capacity."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 2.5), layout="constrained")
+    for inst, part in iterations.groupby("instance"):
+        t = np.concatenate([[0.0], part["end_ms"].to_numpy(dtype=float)]) / 1000.0
+        kv = np.concatenate([[0], part["kv_tokens"].to_numpy()])
+        ax.step(t, kv, where="post", lw=0.8, label=f"instance {inst}")
+    if capacity:
+        ax.axhline(capacity, color="crimson", lw=1, ls="--", label="capacity")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("KV tokens")
+    ax.legend(loc="upper right", fontsize=7, ncol=4)
+    return ax
+
+
+def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str = "",
+                 metrics: dict[str, Any] | None = None):
+    """Gantt chart with the KV-memory panel beneath (shared time axis)."""
+    from llmopt.validate_schedule import kv_capacity
+
+    rows = instance.total_clients
+    height = min(max(3.0, 0.045 * rows + 1.5), 13.0)
+    with_kv = iterations is not None and len(iterations)
+    _, axes = plt.subplots(2 if with_kv else 1, 1, sharex=True, layout="constrained",
+                             figsize=(11, height + (2.3 if with_kv else 0)),
+                             gridspec_kw={"height_ratios": [height, 2.3]} if with_kv else None)
+    ax = axes[0] if with_kv else axes
+    metrics = metrics or {}
+    title = f"{instance.name}: {policy}"
+    if metrics:
+        title += (f" — utilization rate {metrics['utilization']:.2%}, total inference time "
+                  f"{metrics['makespan_ms'] / 1000:.2f} s")
+    plot_gantt(segments, instance.system.clients, ax=ax, title=title)
+    if with_kv:
+        ax.set_xlabel("")
+        plot_kv(iterations, kv_capacity(instance), ax=axes[1])
+    return ax
+
+
+def plot_comparison(table, bound_ms: float | None = None, ax: Axes | None = None,
+                    title: str = "") -> Axes:
+    """Total inference time per schedule (bars, utilization on top) with the best lower
+    bound as a line."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    names = list(table["schedule"])
+    values = table["makespan_ms"].to_numpy(dtype=float) / 1000.0
+    bars = ax.bar(names, values, color="#4e79a7")
+    for bar, util in zip(bars, table["utilization"], strict=True):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{util:.1%}",
+                ha="center", va="bottom", fontsize=8)
+    if bound_ms:
+        ax.axhline(bound_ms / 1000.0, color="crimson", ls="--", lw=1.2,
+                   label=f"lower bound {bound_ms / 1000:.2f} s")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_ylabel("total inference time (s)")
+    ax.set_ylim(0, max(values.max(), (bound_ms or 0) / 1000.0) * 1.12)
+    ax.set_title(title or "schedules compared (labels: utilization)", fontsize=10)
+    ax.tick_params(axis="x", labelrotation=20)
+    return ax

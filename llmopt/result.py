@@ -90,7 +90,13 @@ class Result:
         return out
 
     def write(self, path: Path, instance: Any) -> Path:
-        write_atomic(path, json.dumps(self.to_dict(instance), indent=1) + "\n")
+        """Write the solution JSON atomically (compact when it carries a schedule)."""
+        data = self.to_dict(instance)
+        if "segments" in data:
+            text = json.dumps(data, separators=(",", ":"))
+        else:
+            text = json.dumps(data, indent=1)
+        write_atomic(path, text + "\n")
         return path
 
 

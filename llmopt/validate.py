@@ -118,6 +118,18 @@ def _check_binpacking(instance: Instance, sol: dict[str, Any]) -> list[str]:
     return _check_objective_and_bound(sol, max(loads))
 
 
+def _check_replay(instance: Instance, sol: dict[str, Any]) -> list[str]:
+    from llmopt.validate_schedule import check_replay
+
+    reasons = check_replay(instance, sol)
+    if sol.get("status") == "optimal":
+        reasons.append("a replayed schedule carries no optimality proof; status must be feasible")
+    if sol.get("bound") is not None:
+        reasons += _check_objective_and_bound(sol, None)
+    return reasons
+
+
 _CHECKERS: dict[str, Callable[[Instance, dict[str, Any]], list[str]]] = {
     "binpacking": _check_binpacking,
+    "replay": _check_replay,
 }

@@ -1,0 +1,72 @@
+"""Compare schedules: replay several policies under one cost model beside the lower bounds.
+
+``compare(instance, policies)`` returns a table (one row per schedule) and the bounds; the CLI
+writes it as markdown and CSV with a chart. The gap of a schedule is measured against the best
+bound valid under the replay's time model; bounds valid only under another model are listed
+but not used for gaps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from llmopt.bounds import Bound, pang_bounds
+from llmopt.instance import Instance
+from llmopt.progress import SILENT, Progress
+from llmopt.replay import replay_result
+from llmopt.result import Result
+
+REPLAY_MODEL = "replay model"
+
+
+@dataclass
+class Comparison:
+    table: pd.DataFrame
+    bounds: list[Bound]
+    results: dict[str, Result]
+
+    @property
+    def best_bound(self) -> Bound | None:
+        valid = [b for b in self.bounds if b.valid_under.startswith(REPLAY_MODEL)]
+        return max(valid, key=lambda b: b.value_ms) if valid else None
+
+    def markdown(self) -> str:
+        cols = ["schedule", "total time (s)", "utilization", "tokens/s", "TTFT p50 (s)",
+                "TPOT p50 (ms)", "E2E p50 (s)", "gap to bound"]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for row in self.table.itertuples(index=False):
+            gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
+            lines.append(
+                f"| {row.schedule} | {row.makespan_ms / 1000:.2f} | {row.utilization:.2%} | "
+                f"{row.tokens_per_s:.1f} | {row.ttft_p50_ms / 1000:.2f} | "
+                f"{row.tpot_p50_ms:.1f} | {row.e2e_p50_ms / 1000:.2f} | {gap} |")
+        lines.append("")
+        lines.append("| lower bound | total time (s) | valid under |")
+        lines.append("|---|---|---|")
+        for b in self.bounds:
+            lines.append(f"| {b.name} | {b.value_ms / 1000:.2f} | {b.valid_under} |")
+        return "\n".join(lines) + "\n"
+
+
+def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
+            progress: Progress = SILENT) -> Comparison:
+    bounds = pang_bounds(instance, time_limit_s, progress)
+    results: dict[str, Result] = {}
+    rows = []
+    valid = [b.value_ms for b in bounds if b.valid_under.startswith(REPLAY_MODEL)]
+    best = max(valid) if valid else None
+    for policy in policies:
+        progress.stage(f"replay {policy}")
+        result, _ = replay_result(instance, policy, progress=progress)
+        results[policy] = result
+        m = result.data["metrics"]
+        rows.append({
+            "schedule": policy,
+            **{k: m[k] for k in ("makespan_ms", "utilization", "tokens_per_s", "ttft_p50_ms",
+                                 "tpot_p50_ms", "e2e_p50_ms", "ttft_mean_ms", "tpot_mean_ms",
+                                 "e2e_mean_ms")},
+            "gap_to_bound": (m["makespan_ms"] - best) / m["makespan_ms"] if best else None,
+        })
+    return Comparison(pd.DataFrame(rows), bounds, results)

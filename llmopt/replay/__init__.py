@@ -1,0 +1,152 @@
+"""Replay: turn policies and solver plans into timed schedules under one cost model.
+
+``replay(instance, "hybrid")`` simulates every model instance of the system with the policy and
+returns a :class:`~llmopt.schedule.Schedule`; ``replay_result`` wraps it in a solution
+:class:`~llmopt.result.Result` (problem ``replay``). Requests are routed to model instances by
+the policy's client assignment (client c of the J × instances slots lives on instance c // J),
+or round-robin in arrival order for policies without one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from llmopt.errors import OptionError, SolutionFileError
+from llmopt.instance import Instance
+from llmopt.progress import SILENT, Progress
+from llmopt.replay.pd import PDEngine
+from llmopt.replay.policies import pang
+from llmopt.replay.recorder import merge
+from llmopt.result import Result
+from llmopt.schedule import Schedule
+
+PD_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid", "plan")
+DEFAULT_POLICIES = ("baseline", "offline", "online", "hybrid")
+
+
+def policy_names() -> tuple[str, ...]:
+    return PD_POLICIES
+
+
+def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
+           binpacking_time_limit_s: float = 30.0, progress: Progress = SILENT) -> Schedule:
+    """Simulate ``instance`` under ``policy``; ``plan`` is a solution dict for policy ``plan``."""
+    if policy not in PD_POLICIES:
+        raise OptionError(f"unknown policy (known: {', '.join(PD_POLICIES)})", field="--policy",
+                          value=policy)
+    J = instance.system.clients
+    assignment = _global_assignment(instance, policy, plan, binpacking_time_limit_s, progress)
+    order = _plan_order(instance, plan) if policy == "plan" else None
+    schedules = []
+    for e, members in enumerate(_route(instance, assignment)):
+        local_assign = ({k: int(assignment[m]) % J for k, m in enumerate(members)}
+                        if assignment is not None else None)
+        local_order = (_local_order(order, instance.ids, members, J, e)
+                       if order is not None else None)
+        progress.stage(f"replaying {policy} on instance {e} ({len(members)} requests)")
+        engine = PDEngine(instance, _make_policy(policy, local_assign, local_order), members,
+                          instance_index=e)
+        schedules.append(engine.run())
+    return merge(schedules, policy, J * instance.system.instances)
+
+
+def _make_policy(name: str, assign: dict[int, int] | None,
+                 order: dict[int, list[int]] | None) -> pang.Policy:
+    factories: dict[str, Callable[[], pang.Policy]] = {
+        "baseline": lambda: pang.Policy(name, pang.FCFSQueue(), pang.eager),
+        "iteration": lambda: pang.Policy(name, pang.FCFSQueue(), pang.lagrangian),
+        "offline": lambda: pang.Policy(name, pang.ClientQueues(assign), pang.eager),
+        "online": lambda: pang.Policy(name, pang.ClientQueues(None, "longest", steal=True),
+                                      pang.eager),
+        "hybrid": lambda: pang.Policy(name, pang.ClientQueues(assign, "longest", steal=True),
+                                      pang.lagrangian),
+        "plan": lambda: pang.Policy(name, pang.ClientQueues(assign, explicit_order=order),
+                                    pang.eager),
+    }
+    return factories[name]()
+
+
+def _global_assignment(instance: Instance, policy: str, plan: Mapping[str, Any] | None,
+                       time_limit_s: float, progress: Progress) -> np.ndarray | None:
+    """Client (0 .. J·instances − 1) per request for assignment-based policies, else None."""
+    if policy in ("offline", "hybrid"):
+        from llmopt.formulations import binpacking
+
+        progress.stage("offline assignment: bin packing (eqs 26–30)")
+        result = binpacking.solve(instance, "auto", time_limit_s, progress)
+        mapping = result.data["assignment"]
+        return np.array([mapping[rid] for rid in instance.ids], dtype=np.int64)
+    if policy == "plan":
+        if plan is None:
+            raise OptionError("policy plan needs a solution file", field="--plan")
+        mapping = plan.get("assignment")
+        if not isinstance(mapping, dict) or set(mapping) != set(instance.ids):
+            raise SolutionFileError("the plan must assign every request of the instance",
+                                    field="assignment")
+        clients = instance.total_clients
+        bad = [rid for rid, c in mapping.items() if not isinstance(c, int) or not 0 <= c < clients]
+        if bad:
+            raise SolutionFileError(f"client out of range 0..{clients - 1}",
+                                    field=f"assignment.{bad[0]}", value=mapping[bad[0]])
+        return np.array([mapping[rid] for rid in instance.ids], dtype=np.int64)
+    return None
+
+
+def _route(instance: Instance, assignment: np.ndarray | None) -> list[np.ndarray]:
+    n_inst = instance.system.instances
+    if assignment is not None:
+        owner = assignment // instance.system.clients
+    else:
+        order = np.argsort(instance.arrival_ms, kind="stable")
+        owner = np.empty(instance.num_requests, dtype=np.int64)
+        owner[order] = np.arange(instance.num_requests) % n_inst
+    return [np.flatnonzero(owner == e) for e in range(n_inst)]
+
+
+def _plan_order(instance: Instance, plan: Mapping[str, Any] | None) -> dict[int, list[str]] | None:
+    order = (plan or {}).get("order")
+    if order is None:
+        return None
+    if not isinstance(order, dict):
+        raise SolutionFileError("order must map clients to lists of request ids", field="order")
+    return {int(c): list(ids) for c, ids in order.items()}
+
+
+def _local_order(order: dict[int, list[str]], ids: list[str], members: np.ndarray, J: int,
+                 e: int) -> dict[int, list[int]]:
+    """The plan's per-client order for model instance ``e``, in the engine's local indices."""
+    local = {ids[m]: k for k, m in enumerate(members)}
+    out: dict[int, list[int]] = {}
+    for client, rids in order.items():
+        if client // J != e:
+            continue
+        missing = [r for r in rids if r not in local]
+        if missing:
+            raise SolutionFileError("order lists a request not assigned to that client",
+                                    field=f"order.{client}", value=missing[0])
+        out[client % J] = [local[r] for r in rids]
+    return out
+
+
+def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
+                  progress: Progress = SILENT) -> tuple[Result, Schedule]:
+    """Replay and wrap the schedule as a solution (problem ``replay``, solver = policy)."""
+    from llmopt import __version__
+
+    t0 = time.perf_counter()
+    schedule = replay(instance, policy, plan=plan, progress=progress)
+    runtime = time.perf_counter() - t0
+    metrics = schedule.metrics()
+    result = Result(
+        problem="replay", solver=policy, status="feasible",
+        objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
+        time_limit_s=None, solver_version=f"llmopt {__version__} replay",
+        data={"mode": "pd_competition", "clients": instance.total_clients,
+              "metrics": metrics, "segments": schedule.segments_records(),
+              "iterations": schedule.iterations_columns()},
+    )
+    return result, schedule

@@ -1,0 +1,1 @@
+"""Scheduling policies of the replay engines, one module per scheduler family."""
