@@ -214,8 +214,10 @@ def plot_comparison(table, bound_ms: float | None = None, ax: Axes | None = None
         ax.axhline(bound_ms / 1000.0, color="crimson", ls="--", lw=1.2,
                    label=f"lower bound {bound_ms / 1000:.2f} s")
         ax.legend(loc="lower right", fontsize=8)
-    ax.set_ylabel("total inference time (s)")
-    ax.set_ylim(0, max(values.max(), (bound_ms or 0) / 1000.0) * 1.12)
+    ax.set_ylabel("total inference time (s, axis not from 0)")
+    low = min(values.min(), (bound_ms or np.inf) / 1000.0)
+    high = max(values.max(), (bound_ms or 0) / 1000.0)
+    ax.set_ylim(low - 0.35 * (high - low) - 1e-9, high + 0.15 * (high - low) + 1e-9)
     ax.set_title(title or "schedules compared (labels: utilization)", fontsize=10)
     ax.tick_params(axis="x", labelrotation=20)
     return ax

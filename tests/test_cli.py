@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, TOY
 
+from conftest import ROOT, TOY
 from llmopt.result import CONTRACT_KEYS
 
 
@@ -68,3 +68,64 @@ def test_highspy_and_ortools_load_in_either_order(first):
             "m = cp_model.CpModel(); x = m.NewIntVar(0, 3, 'x'); m.Maximize(x)\n"
             "s = cp_model.CpSolver(); assert s.Solve(m) == cp_model.OPTIMAL\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_replay_writes_valid_schedules_and_charts(cli, tmp_path):
+    result = cli("replay", TOY / "gsm8k-small.yaml", "--policy", "baseline,hybrid", "--out",
+                 tmp_path)
+    assert result.exit_code == 0, result.stderr
+    assert "baseline" in result.stdout and "hybrid" in result.stdout
+    folder = tmp_path / "gsm8k-small"
+    for policy in ("baseline", "hybrid"):
+        sol = json.loads((folder / f"replay-{policy}.json").read_text())
+        assert sol["problem"] == "replay" and sol["solver"] == policy
+        assert sol["status"] == "feasible" and sol["segments"] and sol["metrics"]
+        for key in ("makespan_ms", "utilization", "tokens_per_s", "ttft_p99_ms",
+                    "tpot_p50_ms", "e2e_mean_ms"):
+            assert key in sol["metrics"]
+        assert (folder / f"replay-{policy}.png").read_bytes()[:4] == b"\x89PNG"
+        check = cli("validate", TOY / "gsm8k-small.yaml", folder / f"replay-{policy}.json")
+        assert check.exit_code == 0, check.stdout
+
+
+def test_replay_of_a_solver_plan(cli, tmp_path):
+    assert cli("solve", TOY / "quickstart.yaml", "--out", tmp_path, "--no-plot").exit_code == 0
+    plan = tmp_path / "quickstart" / "binpacking-auto.json"
+    result = cli("replay", TOY / "quickstart.yaml", "--policy", "plan", "--plan", plan,
+                 "--out", tmp_path, "--no-plot")
+    assert result.exit_code == 0, result.stderr
+    sol = json.loads((tmp_path / "quickstart" / "replay-plan.json").read_text())
+    placed = {s["request"]: s["client"] for s in sol["segments"]}
+    assert placed == json.loads(plan.read_text())["assignment"]
+
+
+def test_replay_rejects_unknown_policy_and_missing_plan(cli, tmp_path):
+    bad = cli("replay", TOY / "quickstart.yaml", "--policy", "baseline,fifo", "--out", tmp_path)
+    assert bad.exit_code == 2 and "'fifo'" in bad.stderr and "--policy" in bad.stderr
+    no_plan = cli("replay", TOY / "quickstart.yaml", "--policy", "plan", "--out", tmp_path)
+    assert no_plan.exit_code == 2 and "--plan" in no_plan.stderr
+
+
+def test_compare_writes_table_csv_and_chart(cli, tmp_path):
+    import pandas as pd
+
+    result = cli("compare", TOY / "gsm8k-small.yaml", "--out", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    folder = tmp_path / "gsm8k-small"
+    table = pd.read_csv(folder / "compare.csv")
+    assert list(table["schedule"]) == ["baseline", "offline", "online", "iteration", "hybrid"]
+    assert (table["gap_to_bound"] >= 0).all()
+    md = (folder / "compare.md").read_text()
+    assert "pd_replay_rounds" in md and "| hybrid |" in md
+    assert (folder / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_gantt_draws_replays_and_assignments(cli, tmp_path):
+    cli("replay", TOY / "quickstart.yaml", "--policy", "online", "--out", tmp_path, "--no-plot")
+    cli("solve", TOY / "quickstart.yaml", "--out", tmp_path, "--no-plot")
+    for name in ("replay-online", "binpacking-auto"):
+        png = tmp_path / f"{name}.png"
+        result = cli("gantt", TOY / "quickstart.yaml", tmp_path / "quickstart" / f"{name}.json",
+                     "--out", png)
+        assert result.exit_code == 0, result.stderr
+        assert png.read_bytes()[:4] == b"\x89PNG"
