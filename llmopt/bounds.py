@@ -31,6 +31,7 @@ class Bound:
     equation: str
     valid_under: str
     why: str
+    time_model: str
     parts: dict[str, float] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -83,6 +84,7 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
         value_ms=round(t_p + t_d, 6),
         equation="T_LB = t_p + t_d (eqs 31–32)",
         valid_under="stage model, prefill stages all at the largest level",
+        time_model="stage-largest-level",
         why=(
             "prefill and decode stages never overlap (eqs 3–4); every client decodes its load "
             "at t_round per token (eq 8); eq 31 charges each prefill stage at the largest level "
@@ -99,6 +101,7 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
         value_ms=round(t_p_any_level + t_d, 6),
         equation="t_p' + t_d, t_p' = overhead·ceil(ΣN^p/N^cap_L) + per_token·ΣN^p",
         valid_under="stage model, any prefill levels",
+        time_model="stage",
         why=(
             "with levels T^p_l = overhead + per_token·N^cap_l, at least ceil(ΣN^p/N^cap_L) "
             "non-empty prefill stages each pay the overhead and every prompt token is paid once"
@@ -128,6 +131,7 @@ def replay_rounds_bound(instance: Instance, t_d_ms: float, t_round_ms: float) ->
         value_ms=round(prefill + decode, 6),
         equation="overhead_p·ceil(ΣN^p/P) + per_token·ΣN^p + overhead_d·R + per_client·ΣN^d",
         valid_under="replay model, PD competition, batch-dependent rounds",
+        time_model="replay",
         why=(
             "each client decodes one token per round, so R ≥ the bin-packing optimum in tokens; "
             "each output token is paid per_client once; at least ceil(ΣN^p/P) prefill stages "
@@ -136,3 +140,8 @@ def replay_rounds_bound(instance: Instance, t_d_ms: float, t_round_ms: float) ->
         parts={"t_p": round(prefill, 6), "t_d": round(decode, 6)},
         detail={"rounds_at_least": rounds, "total_output_tokens": total_out},
     )
+
+
+def pd_bounds(instance: Instance, time_model: str, time_limit_s: float = 30.0) -> list[Bound]:
+    """The bounds that hold under ``time_model`` ("stage" or "replay") for every schedule."""
+    return [b for b in pang_bounds(instance, time_limit_s) if b.time_model == time_model]

@@ -18,7 +18,7 @@ from llmopt.progress import SILENT, Progress
 from llmopt.replay import replay_result
 from llmopt.result import Result
 
-REPLAY_MODEL = "replay model"
+REPLAY_MODEL = "replay"
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Comparison:
 
     @property
     def best_bound(self) -> Bound | None:
-        valid = [b for b in self.bounds if b.valid_under.startswith(REPLAY_MODEL)]
+        valid = [b for b in self.bounds if b.time_model == REPLAY_MODEL]
         return max(valid, key=lambda b: b.value_ms) if valid else None
 
     def markdown(self) -> str:
@@ -55,7 +55,7 @@ def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
     bounds = pang_bounds(instance, time_limit_s, progress)
     results: dict[str, Result] = {}
     rows = []
-    valid = [b.value_ms for b in bounds if b.valid_under.startswith(REPLAY_MODEL)]
+    valid = [b.value_ms for b in bounds if b.time_model == REPLAY_MODEL]
     best = max(valid) if valid else None
     for policy in policies:
         progress.stage(f"replay {policy}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+from typing import Any
 
 from llmopt.errors import OptionError
 from llmopt.formulations import PROBLEMS
@@ -39,13 +41,21 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
 
 
 def solve(instance: Instance, problem: str | None = None, solver: str | None = None,
-          time_limit_s: float | None = None, progress: Progress = SILENT) -> Result:
+          time_limit_s: float | None = None, progress: Progress = SILENT,
+          **options: Any) -> Result:
     """Solve ``problem`` on ``instance``; the result keeps the incumbent and the best bound even
-    when the time limit is hit or the run is interrupted."""
+    when the time limit is hit or the run is interrupted. ``options`` are the problem's own
+    (pd-competition: formulation, bins, literal, time_model)."""
     problem, solver, time_limit_s = resolve_options(instance, problem, solver, time_limit_s)
+    accepted = set(inspect.signature(PROBLEMS[problem].solve).parameters)
+    unknown = sorted(k for k, v in options.items() if v is not None and k not in accepted)
+    if unknown:
+        raise OptionError(f"not an option of problem {problem}", field=f"--{unknown[0]}",
+                          value=options[unknown[0]])
+    given = {k: v for k, v in options.items() if v is not None}
     logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
     try:
         return PROBLEMS[problem].solve(instance, solver=solver, time_limit_s=time_limit_s,
-                                       progress=progress)
+                                       progress=progress, **given)
     finally:
         progress.done()

@@ -119,9 +119,11 @@ def _check_binpacking(instance: Instance, sol: dict[str, Any]) -> list[str]:
 
 
 def _check_replay(instance: Instance, sol: dict[str, Any]) -> list[str]:
-    from llmopt.validate_schedule import check_replay
+    from llmopt.validate_schedule import check_replay, check_timing
 
     reasons = check_replay(instance, sol)
+    if _well_formed(reasons) and sol.get("mode", "pd_competition") == "pd_competition":
+        reasons += check_timing(instance, _frame(sol), sol.get("iterations"), "replay")
     if sol.get("status") == "optimal":
         reasons.append("a replayed schedule carries no optimality proof; status must be feasible")
     if sol.get("bound") is not None:
@@ -129,7 +131,36 @@ def _check_replay(instance: Instance, sol: dict[str, Any]) -> list[str]:
     return reasons
 
 
+def _check_pd_competition(instance: Instance, sol: dict[str, Any]) -> list[str]:
+    """A PD-competition solution is a schedule under its time model, with a bound."""
+    from llmopt.validate_schedule import check_replay, check_timing
+
+    if sol.get("status") not in ("optimal", "feasible"):
+        return _check_objective_and_bound(sol, None)
+    model = sol.get("time_model")
+    if model not in ("stage", "replay"):
+        return [f"time_model {model!r} must be 'stage' or 'replay'"]
+    reasons = check_replay(instance, sol)
+    if _well_formed(reasons):
+        reasons += check_timing(instance, _frame(sol), sol.get("iterations"), model)
+        reasons += _check_objective_and_bound(sol, float(sol["objective"]))
+    return reasons
+
+
+def _well_formed(reasons: list[str]) -> bool:
+    """Whether the segments are readable enough to check their timing."""
+    return not any(r.startswith(("segments are", "segment field", "unknown")) for r in reasons)
+
+
+def _frame(sol: dict[str, Any]):
+    import pandas as pd
+
+    seg = pd.DataFrame(sol["segments"])
+    return seg.astype({"start_ms": float, "end_ms": float})
+
+
 _CHECKERS: dict[str, Callable[[Instance, dict[str, Any]], list[str]]] = {
     "binpacking": _check_binpacking,
     "replay": _check_replay,
+    "pd-competition": _check_pd_competition,
 }

@@ -284,3 +284,77 @@ def _check_objective_and_metrics(instance: Instance, seg: pd.DataFrame,
         if stated is not None and abs(stated - value) > 1e-4 * max(1.0, abs(value)):
             reasons.append(f"metric {key} {stated} but segments give {value:.6f}")
     return reasons
+
+
+def iteration_composition(seg: pd.DataFrame, its: pd.DataFrame, inst: int
+                          ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per iteration of model instance ``inst``: requests decoding and prompt tokens prefilled,
+    counted from the segments alone."""
+    S = its["start_ms"].to_numpy(dtype=float)
+    E = its["end_ms"].to_numpy(dtype=float)
+    R = len(S)
+    part = seg[seg["instance"] == inst]
+    a = np.searchsorted(S, part["start_ms"].to_numpy() - EPS, side="left")
+    b = np.searchsorted(E, part["end_ms"].to_numpy() + EPS, side="right") - 1
+    problems = []
+    if ((b < a) | (b >= R)).any():
+        return np.zeros(R), np.zeros(R), ["a segment lies outside the iteration log"]
+    decode = (part["phase"] == "decode").to_numpy()
+    diff = np.zeros(R + 1)
+    np.add.at(diff, a[decode], 1)
+    np.add.at(diff, b[decode] + 1, -1)
+    prefill = ~decode
+    if (a[prefill] != b[prefill]).any():
+        problems.append("a prefill segment spans several iterations (PD competition runs a "
+                        "prefill stage in one iteration)")
+    tokens = np.zeros(R)
+    np.add.at(tokens, b[prefill], part["tokens"].to_numpy()[prefill])
+    return np.cumsum(diff)[:R], tokens, problems
+
+
+def check_timing(instance: Instance, seg: pd.DataFrame, iterations: Any, time_model: str
+                 ) -> list[str]:
+    """Every iteration lasts what the time model says for its composition (PD competition):
+
+    - ``replay``: prefill overhead + per_token × prompt tokens; decode overhead + per_client ×
+      requests decoding;
+    - ``stage`` (the original MIP): prefill = time of the smallest prefill level holding its
+      tokens (levels every ``prefill_level_step`` tokens up to the largest stage); decode =
+      T_d, the decode round at the full batch J."""
+    profile = instance.profile
+    pre, dec = getattr(profile, "prefill", None), getattr(profile, "decode", None)
+    if pre is None or not hasattr(pre, "overhead_ms") or not hasattr(dec, "per_client_ms"):
+        return [f"profile {profile.name} has no PD-competition stage times to check"]
+    if iterations is None:
+        return ["no iteration log: cannot check iteration times"]
+    its_all = pd.DataFrame(iterations)
+    cap = instance.system.max_prefill_tokens or getattr(profile, "max_prefill_tokens", None)
+    step = getattr(profile, "prefill_level_step", None) or cap
+    reasons: list[str] = []
+    for inst in sorted(set(seg["instance"])):
+        its = its_all[its_all["instance"] == inst].sort_values("start_ms", kind="stable")
+        decoding, tokens, problems = iteration_composition(seg, its, inst)
+        reasons += problems
+        if problems:
+            continue
+        is_prefill = tokens > 0
+        if time_model == "replay":
+            expected = np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * tokens,
+                                dec.overhead_ms + dec.per_client_ms * decoding)
+        else:
+            if cap is None:
+                return ["no largest prefill stage (max_prefill_tokens) to derive levels"]
+            level_cap = np.minimum(np.ceil(tokens / step) * step, cap)
+            full_batch = dec.overhead_ms + dec.per_client_ms * instance.system.clients
+            expected = np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * level_cap,
+                                full_batch)
+        got = (its["end_ms"] - its["start_ms"]).to_numpy(dtype=float)
+        off = np.flatnonzero(np.abs(got - expected) > EPS * 2)
+        if len(off):
+            r = int(off[0])
+            what = (f"prefill of {int(tokens[r])} tokens" if is_prefill[r]
+                    else f"decode round of {int(decoding[r])} requests")
+            reasons.append(f"instance {inst}: {len(off)} iteration(s) off the {time_model} time "
+                           f"model, e.g. the {what} at {its['start_ms'].iloc[r]:.3f} ms lasts "
+                           f"{got[r]:.3f} ms, expected {expected[r]:.3f} ms")
+    return reasons

@@ -8,10 +8,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import make_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import make_instance
 from llmopt.formulations.binpacking import (
     BinPacking,
     best_two_way_split,

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, TOY
 
+from conftest import SHARED_DATA, TOY
 from llmopt.instance import load_instance
 from llmopt.profiles import BilinearProfile, PangLinearProfile, load_profile
 

@@ -4,8 +4,8 @@ instance, a profile or the generator that alters the data shows up here."""
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from llmopt.instance import load_instance
 from llmopt.result import read_solution
 from llmopt.validate import validate_solution

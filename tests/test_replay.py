@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TOY, make_instance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import TOY, make_instance
 from llmopt.bounds import pang_bounds
 from llmopt.instance import load_instance
 from llmopt.replay import PD_POLICIES, replay, replay_result

@@ -6,8 +6,8 @@ import copy
 import json
 
 import pytest
-from conftest import make_instance
 
+from conftest import make_instance
 from llmopt.replay import replay_result
 from llmopt.validate import validate_solution
 

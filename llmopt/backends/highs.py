@@ -38,6 +38,18 @@ class _LogStream(io.TextIOBase):
             self.progress.log(line)
         return len(s)
 
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:  # Pyomo closes its tee streams; keep accepting late output
+        if self.buf:
+            self.progress.log(self.buf)
+            self.buf = ""
+
+    @property
+    def closed(self) -> bool:
+        return False
+
 
 def solve_highs(
     model: pyo.ConcreteModel,

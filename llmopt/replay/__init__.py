@@ -18,7 +18,7 @@ import numpy as np
 from llmopt.errors import OptionError, SolutionFileError
 from llmopt.instance import Instance
 from llmopt.progress import SILENT, Progress
-from llmopt.replay.pd import PDEngine
+from llmopt.replay.pd import PDEngine, PDPolicy
 from llmopt.replay.policies import pang
 from llmopt.replay.recorder import merge
 from llmopt.result import Result
@@ -41,6 +41,7 @@ def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = 
     J = instance.system.clients
     assignment = _global_assignment(instance, policy, plan, binpacking_time_limit_s, progress)
     order = _plan_order(instance, plan) if policy == "plan" else None
+    stages = (plan or {}).get("stages") if policy == "plan" else None
     schedules = []
     for e, members in enumerate(_route(instance, assignment)):
         local_assign = ({k: int(assignment[m]) % J for k, m in enumerate(members)}
@@ -48,8 +49,12 @@ def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = 
         local_order = (_local_order(order, instance.ids, members, J, e)
                        if order is not None else None)
         progress.stage(f"replaying {policy} on instance {e} ({len(members)} requests)")
-        engine = PDEngine(instance, _make_policy(policy, local_assign, local_order), members,
-                          instance_index=e)
+        if stages is not None:
+            chosen: PDPolicy = pang.StagePlan(_local_stages(stages, instance.ids, members),
+                                                   local_assign or {})
+        else:
+            chosen = _make_policy(policy, local_assign, local_order)
+        engine = PDEngine(instance, chosen, members, instance_index=e)
         schedules.append(engine.run())
     return merge(schedules, policy, J * instance.system.instances)
 
@@ -83,6 +88,8 @@ def _global_assignment(instance: Instance, policy: str, plan: Mapping[str, Any] 
     if policy == "plan":
         if plan is None:
             raise OptionError("policy plan needs a solution file", field="--plan")
+        if not isinstance(plan, Mapping):
+            raise SolutionFileError("a plan must be a solution mapping", field="--plan")
         mapping = plan.get("assignment")
         if not isinstance(mapping, dict) or set(mapping) != set(instance.ids):
             raise SolutionFileError("the plan must assign every request of the instance",
@@ -129,6 +136,25 @@ def _local_order(order: dict[int, list[str]], ids: list[str], members: np.ndarra
             raise SolutionFileError("order lists a request not assigned to that client",
                                     field=f"order.{client}", value=missing[0])
         out[client % J] = [local[r] for r in rids]
+    return out
+
+
+def _local_stages(stages: Any, ids: list[str], members: np.ndarray
+                  ) -> list[tuple[list[int], int]]:
+    """A plan's stages (request ids, decode rounds after) in one engine's local indices; stages
+    of other model instances contribute their decode rounds only."""
+    if not isinstance(stages, list):
+        raise SolutionFileError("stages must be a list of {requests, decode_rounds}",
+                                field="stages")
+    local = {ids[m]: k for k, m in enumerate(members)}
+    out = []
+    for k, stage in enumerate(stages):
+        if not isinstance(stage, dict) or not isinstance(stage.get("requests"), list) \
+                or not isinstance(stage.get("decode_rounds"), int) or stage["decode_rounds"] < 0:
+            raise SolutionFileError("each stage needs requests (a list) and decode_rounds "
+                                    "(an integer ≥ 0)", field=f"stages[{k}]")
+        out.append(([local[r] for r in stage["requests"] if r in local],
+                    stage["decode_rounds"]))
     return out
 
 

@@ -162,6 +162,55 @@ class ClientQueues:
             self.remain[owner] -= int(self.size[req])
 
 
+class StagePlan:
+    """Follows a plan's stages: stage k's requests are prefilled together, on their clients,
+    once the engine has run the decode rounds the plan puts before stage k (B_k). Empty stages
+    are merged into the previous one. A stage whose clients are not yet free, or that does not
+    fit the KV budget, waits (the replay is then later than the plan)."""
+
+    def __init__(self, stages: Sequence[tuple[Sequence[int], int]], client: Mapping[int, int],
+                 name: str = "plan") -> None:
+        self.name = name
+        merged: list[tuple[list[int], int]] = []
+        for reqs, rounds in stages:
+            if reqs or not merged:
+                merged.append((list(reqs), int(rounds)))
+            else:
+                merged[-1] = (merged[-1][0], merged[-1][1] + int(rounds))
+        self.stages = merged
+        self.client = client
+
+    def setup(self, engine: PDEngine) -> None:
+        self.engine = engine
+        self.k = 0
+        self.position = 0
+        self.arrived = np.zeros(engine.n, dtype=bool)
+
+    def arrive(self, request: int) -> None:
+        self.arrived[request] = True
+
+    def candidates(self, free: list[int], budget: Budget) -> list[tuple[int, int]]:
+        if self.k >= len(self.stages):
+            return []
+        reqs = self.stages[self.k][0]
+        free_set = set(free)
+        inp, out = self.engine.inp, self.engine.out
+        if not all(self.client[r] in free_set and self.arrived[r] for r in reqs):
+            return []
+        if (int(inp[reqs].sum()) > budget.prefill_tokens
+                or int((inp[reqs] + out[reqs]).sum()) > budget.kv_tokens):
+            return []
+        return [(self.client[r], r) for r in reqs]
+
+    def take(self, pairs: list[tuple[int, int]]) -> None:
+        self.position += self.stages[self.k][1]
+        self.k += 1
+
+    def rounds_before_prefill(self, engine: PDEngine, pairs: list[tuple[int, int]]) -> int:
+        target = self.position
+        return max(0, target - engine.rounds)
+
+
 # --------------------------------------------------------------------- timing rules
 
 

@@ -1,0 +1,235 @@
+"""Solving the PD-competition problem of Pang et al. 2025 (eqs 1–25) exactly.
+
+``llmopt solve INSTANCE --problem pd-competition [--formulation original|compact]
+[--solver auto|highs|cpsat] [--bins K] [--literal] [--time-model stage|replay]``
+
+1. Heuristic plans: every PD-competition policy of the replay engine is replayed and turned
+   into a plan (``pd_plan``), and grid plans are built (``pd_grid``); the best under the chosen
+   time model is the incumbent.
+2. The chosen formulation is solved from that incumbent: ``original`` (eqs 1–25 in Pyomo,
+   HiGHS, warm-started) or ``compact`` (``pd_compact``; CP-SAT by default, or HiGHS). With
+   ``--solver auto`` on instances too large for the full compact model (more than
+   ``FULL_MODEL_LIMIT`` request-bin pairs), CP-SAT re-optimises windows of bins instead
+   (``pd_lns``) until the time limit.
+3. The solver's plan becomes a schedule under the stage model (segments and iterations that
+   ``llmopt validate`` checks) and is replayed by the engine under the profile's batch-dependent
+   costs; both totals are reported.
+
+Bins. The original model uses K bins, by default the number of prefill stages of the best
+heuristic plan (so the warm start is feasible). The compact model uses K = K_max by default, the
+most non-empty stages a schedule better than the incumbent can afford: every stage costs at
+least the cheapest level and the decode axis is at least the bin-packing optimum long. With
+K ≥ K_max more bins cannot help, so an optimal K-bin solution is optimal, full stop; with fewer,
+the solver's proof holds only among schedules with at most K prefill stages, and the solution is
+reported ``feasible`` with that proof in its notes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from llmopt.backends import cpsat as cpsat_backend
+from llmopt.backends import highs as highs_backend
+from llmopt.errors import OptionError
+from llmopt.formulations import pd_compact, pd_lns, pd_original
+from llmopt.formulations.pd_grid import best_grid_plan
+from llmopt.formulations.pd_plan import (
+    TIME_MODELS,
+    PDProblem,
+    Plan,
+    plan_from_schedule,
+    stage_schedule,
+)
+from llmopt.instance import Instance
+from llmopt.progress import SILENT, Progress
+from llmopt.result import Result
+
+SOLVERS = ("auto", "highs", "cpsat")
+FULL_MODEL_LIMIT = 20_000
+FORMULATIONS = ("original", "compact")
+HEURISTIC_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
+
+
+def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
+                    grid_time_s: float = 10.0) -> list[tuple[float, Plan]]:
+    """(total under ``model``, plan) for every PD-competition policy and the best grid plan,
+    best first."""
+    from llmopt.replay import replay
+
+    plans = []
+    for policy in HEURISTIC_POLICIES:
+        plan = plan_from_schedule(problem, replay(instance, policy, binpacking_time_limit_s=10))
+        plans.append((plan.total_ms(problem, model), plan))
+    grid = best_grid_plan(problem, model, grid_time_s)
+    if grid is not None:
+        plans.append(grid)
+    return sorted(plans, key=lambda tp: tp[0])
+
+
+def decode_lower_bound(instance: Instance, time_limit_s: float) -> int:
+    """The bin-packing optimum (or its proven bound) in tokens: no schedule's decode axis is
+    shorter, since each client's requests occupy disjoint intervals of it."""
+    from llmopt.formulations import binpacking
+
+    bp = binpacking.BinPacking.from_instance(instance)
+    res = binpacking.solve(instance, "auto", min(time_limit_s, 30.0))
+    return round((res.bound or 0) / bp.ms_per_unit)
+
+
+def max_useful_bins(problem: PDProblem, model: str, upper_ms: float, d_lb: int) -> int:
+    """K_max: no schedule cheaper than ``upper_ms`` has more non-empty prefill stages."""
+    cheapest = (problem.profile.prefill.overhead_ms if model == "replay"
+                else min(ms for cap, ms in problem.levels if cap > 0))
+    room = upper_ms - problem.objective_offset_ms(model) - problem.round_weight_ms(model) * d_lb
+    return max(1, min(problem.n, math.floor(room / cheapest + 1e-9)))
+
+
+def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
+          progress: Progress = SILENT, formulation: str = "compact", bins: int | None = None,
+          literal: bool = False, time_model: str = "stage", cuts: bool = True) -> Result:
+    t0 = time.perf_counter()
+    limit = time_limit_s if time_limit_s is not None else math.inf
+    if formulation not in FORMULATIONS:
+        raise OptionError(f"unknown formulation (known: {', '.join(FORMULATIONS)})",
+                          field="--formulation", value=formulation)
+    if time_model not in TIME_MODELS:
+        raise OptionError(f"unknown time model (known: {', '.join(TIME_MODELS)})",
+                          field="--time-model", value=time_model)
+    backend = solver if solver != "auto" else ("highs" if formulation == "original" else "cpsat")
+    if formulation == "original" and backend != "highs":
+        raise OptionError("the original MIP has continuous shares w: solve it with highs",
+                          field="--solver", value=solver)
+    if formulation == "original" and time_model != "stage":
+        raise OptionError("the original MIP is the stage model", field="--time-model",
+                          value=time_model)
+    problem = PDProblem.from_instance(instance)
+    progress.stage("heuristic plans (replays of the paper's policies, grid plans)")
+    plans = heuristic_plans(instance, problem, time_model, min(10.0, 0.2 * limit))
+    best_total, best = plans[0]
+    progress.incumbent(best_total, None, " ms")
+    d_lb = decode_lower_bound(instance, limit)
+    k_max = max_useful_bins(problem, time_model, best_total, d_lb)
+    if bins is not None and bins < 1:
+        raise OptionError("must be at least 1", field="--bins", value=bins)
+    K = bins or (best.prefill_stages() if formulation == "original" else k_max)
+    padded = None if best.prefill_stages() > K else _pad(best, K, problem)
+    horizon = pd_compact.decode_horizon(problem, best_total, time_model)
+    remaining = max(limit - (time.perf_counter() - t0), 1.0)
+    use_lns = (solver == "auto" and formulation == "compact"
+               and problem.n * K > FULL_MODEL_LIMIT)
+    progress.stage(f"{formulation} formulation, {backend}, K = {K} bins"
+                   + (" (window LNS)" if use_lns else ""))
+    if use_lns:
+        out = _lns(problem, best, time_model, t0 + limit, progress)
+    elif formulation == "original":
+        m = pd_original.build(problem, K, literal=literal, cuts=cuts, decode_lb=d_lb)
+        start = pd_original.warm_start(m, problem, padded) if padded else None
+        out = highs_backend.solve_highs(
+            m, time_limit_s=remaining, progress=progress, warm_start=start, unit=" ms",
+            collect=lambda value: pd_original.extract_plan(m, problem, K, value))
+    elif backend == "cpsat":
+        md, var = pd_compact.build_cpsat(problem, K, time_model, horizon=horizon, hint=padded,
+                                         min_decode_end=d_lb)
+        W = var["weights"]
+        out = cpsat_backend.solve_cpsat(
+            md, time_limit_s=remaining, progress=progress, scale=1 / W.scale, unit=" ms",
+            collect=lambda value: pd_compact.plan_from_bins(
+                problem, np.array([value(v) for v in var["bin"]]), "compact CP-SAT"))
+        offset = problem.objective_offset_ms(time_model)
+        out.objective = None if out.objective is None else out.objective / W.scale + offset
+        out.bound = None if out.bound is None else out.bound / W.scale + offset
+        if not W.exact:
+            out.message += "; objective coefficients rounded to 1e-6 ms"
+    else:
+        m = pd_compact.build_highs(problem, K, time_model, horizon=horizon)
+        out = highs_backend.solve_highs(
+            m, time_limit_s=remaining, progress=progress, unit=" ms",
+            collect=lambda value: pd_compact.plan_from_bins(
+                problem, pd_compact.highs_bins(m, problem, K, value), "compact HiGHS"))
+    return _result(instance, problem, out, best_total, best, plans, K, k_max, formulation,
+                   backend, solver, time_model, literal, t0, time_limit_s)
+
+
+def _lns(problem: PDProblem, start: Plan, model: str, deadline: float, progress: Progress):
+    """Window LNS from ``start``; an Outcome without a proof (bound None)."""
+    from llmopt.backends.common import Outcome
+
+    t = time.perf_counter()
+    plan = pd_lns.improve_plan(problem, start, model, deadline, kv=model == "replay",
+                               progress=progress)
+    return Outcome(ending="feasible", objective=plan.total_ms(problem, model), bound=None,
+                   runtime_s=time.perf_counter() - t, solver_version=cpsat_backend.version(),
+                   message="window LNS (no proof)", solution=plan)
+
+
+def _pad(plan: Plan, K: int, problem: PDProblem) -> Plan:
+    bins = [b for b in plan.bins if b]
+    starts = [s for b, s in zip(plan.bins, plan.starts, strict=True) if b]
+    end = plan.decode_end(problem)
+    return Plan(bins + [[] for _ in range(K - len(bins))], starts + [end] * (K - len(bins)),
+                plan.client, plan.source)
+
+
+def _result(instance: Instance, problem: PDProblem, out, best_total: float, best: Plan,
+            plans, K: int, k_max: int, formulation: str, backend: str, solver: str,
+            time_model: str, literal: bool, t0: float, time_limit_s: float | None) -> Result:
+    from llmopt import __version__
+    from llmopt.bounds import pd_bounds
+    from llmopt.replay import replay
+
+    plan = out.solution if out.solution is not None else best
+    total = plan.total_ms(problem, time_model)
+    if total > best_total + 1e-6:  # keep the better of the solver's plan and the incumbent
+        plan, total = best, best_total
+    global_bounds = pd_bounds(instance, time_model)
+    bound = max(b.value_ms for b in global_bounds)
+    notes = [f"K = {K} bins; K_max = {k_max}", f"time model: {time_model}"]
+    if literal:
+        notes.append("literal eq 13 and no w ≤ d link (see docs/formulations.md)")
+    proof = None
+    solver_proved = out.bound is not None and (
+        out.ending == "optimal" or out.bound >= total - 1e-6 * max(1.0, total))
+    if solver_proved and k_max <= K and not literal:
+        bound = max(bound, min(out.bound, total))
+        proof = (f"{backend} closed the gap of the {formulation} model with K = {K} ≥ K_max "
+                 f"= {k_max} bins")
+    elif solver_proved:
+        notes.append(f"{backend} proved this optimal among schedules with at most {K} prefill "
+                     f"stages (K_max = {k_max}); run with --bins {k_max} for a full proof")
+    elif out.bound is not None and k_max <= K and not literal:
+        bound = max(bound, out.bound)
+    replayed = replay(instance, "plan", plan=plan.to_data(problem))
+    if time_model == "stage":
+        schedule, objective = stage_schedule(problem, plan), total
+    else:
+        schedule, objective = replayed, replayed.makespan_ms
+        if objective > total + 1e-3:
+            notes.append(f"the replay followed the plan {objective - total:.1f} ms late (the KV "
+                         "budget delayed a stage)")
+            proof = None
+    status = ("optimal" if proof and abs(objective - bound) <= 1e-6 * max(1.0, objective)
+              else "feasible")
+    data: dict[str, Any] = {
+        "formulation": formulation, "bins": K, "time_model": time_model,
+        "objective_stage_model_ms": round(plan.total_ms(problem, "stage"), 6),
+        "objective_replay_ms": round(replayed.makespan_ms, 6),
+        "prefill_stages": plan.prefill_stages(), "decode_rounds": plan.decode_end(problem),
+        "heuristics": {p.source.removeprefix("replay "): round(t, 6) for t, p in plans},
+        "bounds": {b.name: b.value_ms for b in global_bounds},
+        "mode": "pd_competition", "clients": problem.clients,
+        "metrics": schedule.metrics(),
+        **plan.to_data(problem),
+        "segments": schedule.segments_records(),
+        "iterations": schedule.iterations_columns(),
+    }
+    version = {"highs": highs_backend.version(), "cpsat": cpsat_backend.version()}[backend]
+    return Result(problem="pd-competition", solver=solver, status=status,
+                  objective=round(objective, 3), bound=round(min(bound, objective), 3),
+                  runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s,
+                  solver_version=f"llmopt {__version__} + {version}", data=data,
+                  proof=proof if status == "optimal" else None, interrupted=out.interrupted,
+                  notes=[*notes, out.message] if out.message else notes)
