@@ -143,5 +143,62 @@ def replay_rounds_bound(instance: Instance, t_d_ms: float, t_round_ms: float) ->
 
 
 def pd_bounds(instance: Instance, time_model: str, time_limit_s: float = 30.0) -> list[Bound]:
+    # the closed-form bounds only; pd_solver_bounds adds the solver-based ones
     """The bounds that hold under ``time_model`` ("stage" or "replay") for every schedule."""
     return [b for b in pang_bounds(instance, time_limit_s) if b.time_model == time_model]
+
+
+def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
+                     progress: Progress = SILENT, size_limit: int = 400_000) -> list[Bound]:
+    """Bounds from the PD-competition models, valid because they use K ≥ K_max bins (no
+    schedule better than the best heuristic has more prefill stages):
+
+    - the LP relaxation of the original MIP (eqs 1–25), stage model;
+    - CP-SAT's proven bound on the compact model, under the stage and the replay model.
+
+    Models with more than ``size_limit`` request × client × bin triples (LP) or request × bin
+    pairs (CP-SAT, a twentieth of it) are skipped."""
+    import pyomo.environ as pyo
+
+    from llmopt.backends.cpsat import solve_cpsat
+    from llmopt.backends.highs import solve_highs
+    from llmopt.formulations import pd_compact, pd_competition, pd_original
+    from llmopt.formulations.pd_plan import PDProblem
+
+    problem = PDProblem.from_instance(instance)
+    d_lb = pd_competition.decode_lower_bound(instance, time_limit_s)
+    out: list[Bound] = []
+    for model in ("stage", "replay"):
+        plans = pd_competition.heuristic_plans(instance, problem, model, 5.0)
+        upper = plans[0][0]
+        k_max = pd_competition.max_useful_bins(problem, model, upper, d_lb)
+        if model == "stage" and problem.n * problem.clients * k_max <= size_limit:
+            progress.stage(f"LP relaxation of eqs 1–25 with K = {k_max}")
+            m = pd_original.build(problem, k_max, cuts=False)
+            pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+            res = solve_highs(m, time_limit_s=time_limit_s)
+            if res.ending == "optimal" and res.objective is not None:
+                out.append(Bound(
+                    name="mip_lp_relaxation", value_ms=round(res.objective, 6),
+                    equation="LP relaxation of eqs 1–25", time_model="stage",
+                    valid_under="stage model, any prefill levels",
+                    why=f"relaxes the original MIP with K = {k_max} ≥ K_max bins",
+                    detail={"bins": k_max}))
+        if problem.n * k_max <= size_limit // 20:
+            progress.stage(f"compact CP-SAT bound, {model} model, K = {k_max}")
+            md, var = pd_compact.build_cpsat(problem, k_max, model, hint=None,
+                                             min_decode_end=d_lb,
+                                             horizon=pd_compact.decode_horizon(problem, upper,
+                                                                               model))
+            res = solve_cpsat(md, time_limit_s=time_limit_s)
+            if res.bound is not None:
+                value = res.bound / var["weights"].scale + problem.objective_offset_ms(model)
+                out.append(Bound(
+                    name=f"compact_cpsat_{model}", value_ms=round(min(value, upper), 6),
+                    equation="CP-SAT best bound of the compact model",
+                    time_model=model,
+                    valid_under=("stage model, any prefill levels" if model == "stage"
+                                 else "replay model, PD competition, batch-dependent rounds"),
+                    why=f"proven by CP-SAT ({res.message}) with K = {k_max} ≥ K_max bins",
+                    detail={"bins": k_max, "status": res.message}))
+    return out

@@ -70,11 +70,22 @@ def _fmt_ms(x: float | None) -> str:
 @user_errors
 def solve(
     instance: InstanceArg,
-    problem: Annotated[str | None, typer.Option("--problem", "-p", help="binpacking")] = None,
+    problem: Annotated[str | None, typer.Option(
+        "--problem", "-p", help="binpacking | pd-competition")] = None,
     solver: Annotated[
         str | None, typer.Option("--solver", "-s", help="auto | highs | cpsat | heuristic")
     ] = None,
     time_limit: TimeLimitOpt = None,
+    formulation: Annotated[str | None, typer.Option(
+        help="pd-competition: original (eqs 1–25) | compact")] = None,
+    bins: Annotated[int | None, typer.Option(help="pd-competition: number of bins K.")] = None,
+    time_model: Annotated[str | None, typer.Option(
+        help="pd-competition: stage (the MIP's) | replay (batch-dependent rounds)")] = None,
+    literal: Annotated[bool, typer.Option(
+        "--literal", help="pd-competition original: eq 13 as printed, no w ≤ d link.")] = False,
+    no_cuts: Annotated[bool, typer.Option(
+        "--no-cuts", help="pd-competition original: no symmetry cuts or valid inequalities.")
+    ] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for solutions.")] = Path(
         "solutions"
     ),
@@ -89,7 +100,10 @@ def solve(
 
     inst = load_instance(instance)
     problem, solver, time_limit = resolve_options(inst, problem, solver, time_limit)
-    result = run_solve(inst, problem, solver, time_limit, progress=_progress(verbose))
+    options = {"formulation": formulation, "bins": bins, "time_model": time_model,
+               "literal": True if literal else None, "cuts": False if no_cuts else None}
+    result = run_solve(inst, problem, solver, time_limit, progress=_progress(verbose),
+                       **options)
     table = Table(show_edge=False, header_style="bold")
     for col in ("problem", "solver", "status", "objective (ms)", "bound (ms)", "gap", "runtime"):
         table.add_column(col, justify="right" if col not in ("problem", "solver") else "left",
@@ -101,15 +115,33 @@ def solve(
     out.print(table)
     if result.proof:
         out.print(f"proof: {result.proof}")
+    for note in result.notes:
+        out.print(f"note: {note}")
+    if "objective_replay_ms" in result.data:
+        d = result.data
+        out.print(f"{d['prefill_stages']} prefill stages, {d['decode_rounds']} decode rounds; "
+                  f"stage model {_fmt_ms(d['objective_stage_model_ms'])} ms, replayed with "
+                  f"batch-dependent rounds {_fmt_ms(d['objective_replay_ms'])} ms")
+        out.print("heuristics: " + ", ".join(f"{k} {_fmt_ms(v)}" for k, v in
+                                               d["heuristics"].items()))
     if result.interrupted:
         out.print("interrupted: the incumbent and the bound so far are kept")
     base = out_dir / inst.name / f"{result.problem}-{result.solver}"
     path = result.write(base.with_suffix(".json"), inst)
     out.print(f"wrote {path}")
-    if plot and result.data.get("assignment"):
+    if plot and (result.data.get("segments") or result.data.get("assignment")):
         from llmopt import plot as plots
 
-        ax = plots.plot_assignment(inst, result.to_dict(inst))
+        sol = result.to_dict(inst)
+        if sol.get("segments"):
+            from llmopt.schedule import Schedule
+
+            sched = Schedule.from_solution(sol)
+            ax = plots.gantt_figure(inst, sched.segments, sched.iterations,
+                                    policy=f"{result.problem} ({result.solver})",
+                                    metrics=sol.get("metrics"))
+        else:
+            ax = plots.plot_assignment(inst, sol)
         out.print(f"wrote {plots.save(ax, base.with_suffix('.png'))}")
     if result.status == "error":
         raise typer.Exit(1)
@@ -121,10 +153,13 @@ def bound(
     instance: InstanceArg,
     time_limit: TimeLimitOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    solver_bounds: Annotated[bool, typer.Option(
+        "--solvers/--no-solvers", help="Also the LP relaxation of eqs 1–25 and CP-SAT's bounds "
+        "on the compact model (small instances).")] = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Lower bounds on the total inference time, with their parts and validity."""
-    from llmopt.bounds import pang_bounds
+    from llmopt.bounds import pang_bounds, pd_solver_bounds
     from llmopt.instance import load_instance
     from llmopt.progress import SILENT
 
@@ -132,6 +167,8 @@ def bound(
     limit = time_limit or inst.solve.time_limit_s or 60.0
     progress = SILENT if as_json else _progress(verbose)
     bounds = pang_bounds(inst, limit, progress)
+    if solver_bounds:
+        bounds += pd_solver_bounds(inst, min(limit, 30.0), progress)
     progress.done()
     if as_json:
         payload = {"instance": inst.name, "instance_sha256": inst.sha256, "units": "ms",
@@ -147,6 +184,12 @@ def bound(
     for b in bounds:
         table.add_row(b.name, _fmt_ms(b.value_ms), _fmt_ms(b.parts.get("t_p")),
                       _fmt_ms(b.parts.get("t_d")), b.valid_under)
+    for model in ("stage", "replay"):
+        valid = [b for b in bounds if b.time_model == model]
+        if valid:
+            best = max(valid, key=lambda b: b.value_ms)
+            table.add_row(f"best ({model} model)", _fmt_ms(best.value_ms), "", "",
+                          f"= {best.name}", style="bold")
     out.print(table)
     out.print(f"t_p (eq 31) = T^p_L {d['largest_level_ms']:,.2f} ms × "
               f"ceil({d['total_input_tokens']:,} / {d['largest_level_tokens']:,}) = "
@@ -254,10 +297,13 @@ def compare(
     instance: InstanceArg,
     policy: PolicyOpt = "baseline,offline,online,iteration,hybrid",
     time_limit: TimeLimitOpt = None,
+    optimize: Annotated[bool, typer.Option(
+        help="Also solve the PD-competition problem under the replay's time model.")] = True,
     out_dir: OutOpt = Path("solutions"),
     verbose: VerboseOpt = False,
 ) -> None:
-    """Replay policies beside the lower bounds; write compare.md, compare.csv, compare.png."""
+    """Replay policies beside the best schedule llmopt finds and the lower bounds; write
+    compare.md, compare.csv, compare.png."""
     from llmopt import plot as plots
     from llmopt._io import write_atomic
     from llmopt.compare import compare as run_compare
@@ -266,7 +312,8 @@ def compare(
     inst = load_instance(instance)
     names = _policies(policy)
     progress = _progress(verbose)
-    comp = run_compare(inst, names, time_limit or inst.solve.time_limit_s or 60.0, progress)
+    comp = run_compare(inst, names, time_limit or inst.solve.time_limit_s or 60.0, progress,
+                       optimize=optimize)
     progress.done()
     folder = out_dir / inst.name
     md = comp.markdown()
