@@ -129,3 +129,46 @@ def test_gantt_draws_replays_and_assignments(cli, tmp_path):
                      "--out", png)
         assert result.exit_code == 0, result.stderr
         assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_pd_competition_from_the_cli(cli, tmp_path):
+    inst = TOY / "pd-tiny.yaml"
+    result = cli("solve", inst, "--out", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    assert "optimal" in result.stdout and "replayed with batch-dependent rounds" in result.stdout
+    folder = tmp_path / "pd-tiny"
+    sol = json.loads((folder / "pd-competition-auto.json").read_text())
+    assert sol["status"] == "optimal" and sol["formulation"] == "compact"
+    assert sol["stages"] and sol["segments"] and sol["iterations"]
+    assert (folder / "pd-competition-auto.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli("validate", inst, folder / "pd-competition-auto.json").exit_code == 0
+    original = cli("solve", inst, "--formulation", "original", "--solver", "highs", "--bins", "5",
+                   "--out", tmp_path / "o", "--no-plot")
+    assert original.exit_code == 0 and "optimal" in original.stdout
+    other = json.loads((tmp_path / "o" / "pd-tiny" / "pd-competition-highs.json").read_text())
+    assert other["objective"] == pytest.approx(sol["objective"])
+    replayed = cli("replay", inst, "--policy", "plan", "--plan", folder / "pd-competition-auto.json",
+                   "--out", tmp_path, "--no-plot")
+    assert replayed.exit_code == 0
+    plan_replay = json.loads((folder / "replay-plan.json").read_text())
+    assert plan_replay["objective"] == pytest.approx(sol["objective_replay_ms"], abs=1e-3)
+
+
+def test_pd_competition_option_errors(cli, tmp_path):
+    inst = TOY / "pd-tiny.yaml"
+    bad = cli("solve", inst, "--formulation", "fancy", "--out", tmp_path)
+    assert bad.exit_code == 2 and "--formulation" in bad.stderr and "'fancy'" in bad.stderr
+    bad = cli("solve", inst, "--formulation", "original", "--solver", "cpsat", "--out", tmp_path)
+    assert bad.exit_code == 2 and "highs" in bad.stderr
+    bad = cli("solve", inst, "--time-model", "wallclock", "--out", tmp_path)
+    assert bad.exit_code == 2 and "--time-model" in bad.stderr
+
+
+def test_bound_lists_solver_bounds_with_their_time_model(cli):
+    result = cli("bound", TOY / "pd-tiny.yaml", "--json")
+    assert result.exit_code == 0, result.stderr
+    bounds = {b["name"]: b for b in json.loads(result.stdout)["bounds"]}
+    assert {"pang_eq32", "pd_replay_rounds", "mip_lp_relaxation", "compact_cpsat_stage",
+            "compact_cpsat_replay"} <= set(bounds)
+    assert bounds["compact_cpsat_stage"]["time_model"] == "stage"
+    assert bounds["mip_lp_relaxation"]["value_ms"] <= bounds["compact_cpsat_stage"]["value_ms"]
