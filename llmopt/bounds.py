@@ -149,7 +149,8 @@ def pd_bounds(instance: Instance, time_model: str, time_limit_s: float = 30.0) -
 
 
 def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
-                     progress: Progress = SILENT, size_limit: int = 400_000) -> list[Bound]:
+                     progress: Progress = SILENT, size_limit: int = 400_000,
+                     time_models: tuple[str, ...] = ("stage", "replay")) -> list[Bound]:
     """Bounds from the PD-competition models, valid because they use K ≥ K_max bins (no
     schedule better than the best heuristic has more prefill stages):
 
@@ -157,7 +158,7 @@ def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
     - CP-SAT's proven bound on the compact model, under the stage and the replay model.
 
     Models with more than ``size_limit`` request × client × bin triples (LP) or request × bin
-    pairs (CP-SAT, a twentieth of it) are skipped."""
+    pairs (CP-SAT, a twentieth of it) are skipped; only ``time_models`` are bounded."""
     import pyomo.environ as pyo
 
     from llmopt.backends.cpsat import solve_cpsat
@@ -168,7 +169,7 @@ def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
     problem = PDProblem.from_instance(instance)
     d_lb = pd_competition.decode_lower_bound(instance, time_limit_s)
     out: list[Bound] = []
-    for model in ("stage", "replay"):
+    for model in time_models:
         plans = pd_competition.heuristic_plans(instance, problem, model, 5.0)
         upper = plans[0][0]
         k_max = pd_competition.max_useful_bins(problem, model, upper, d_lb)

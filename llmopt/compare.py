@@ -67,7 +67,8 @@ def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
         from llmopt.bounds import pd_solver_bounds
         from llmopt.formulations import pd_competition
 
-        bounds += pd_solver_bounds(instance, min(time_limit_s, 30.0), progress)
+        bounds += pd_solver_bounds(instance, min(time_limit_s, 30.0), progress,
+                                   time_models=(REPLAY_MODEL,))
         results["pd-competition"] = pd_competition.solve(
             instance, "auto", time_limit_s, progress, time_model=REPLAY_MODEL)
     valid = [b.value_ms for b in bounds if b.time_model == REPLAY_MODEL]

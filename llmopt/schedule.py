@@ -8,7 +8,7 @@ A :class:`Schedule` holds three tables (pandas DataFrames):
 ``iterations`` one row per iteration of each model instance: ``instance, start_ms, end_ms,
                phase`` (``prefill``, ``decode`` or ``mixed``), ``batch_size, prefill_tokens,
                decode_tokens, kv_tokens`` (KV in use at the end of the iteration),
-               ``evictions``.
+               ``evictions`` (in the iteration) and ``running`` (requests holding KVs).
 ``requests``   one row per request: ``request, instance, client, input_tokens, output_tokens,
                arrival_ms, first_token_ms, finish_ms, evictions``.
 
@@ -28,7 +28,7 @@ import pandas as pd
 
 SEGMENT_COLUMNS = ["request", "client", "instance", "phase", "start_ms", "end_ms", "tokens"]
 ITERATION_COLUMNS = ["instance", "start_ms", "end_ms", "phase", "batch_size", "prefill_tokens",
-                     "decode_tokens", "kv_tokens", "evictions"]
+                     "decode_tokens", "kv_tokens", "evictions", "running"]
 REQUEST_COLUMNS = ["request", "instance", "client", "input_tokens", "output_tokens",
                    "arrival_ms", "first_token_ms", "finish_ms", "evictions"]
 
@@ -51,6 +51,7 @@ class Schedule:
         makespan = self.makespan_ms
         seg = self.segments
         busy = float((seg["end_ms"] - seg["start_ms"]).sum())
+        its = self.iterations
         ttft = req["first_token_ms"] - req["arrival_ms"]
         e2e = req["finish_ms"] - req["arrival_ms"]
         multi = req["output_tokens"] > 1
@@ -63,6 +64,9 @@ class Schedule:
             if makespan > 0 else 0.0,
             "iterations": len(self.iterations),
             "evictions": int(req["evictions"].sum()),
+            "running_mean": float(its["running"].mean()) if len(its) else 0.0,
+            "batch_size_mean": float(its["batch_size"].mean()) if len(its) else 0.0,
+            "kv_tokens_max": int(its["kv_tokens"].max()) if len(its) else 0,
         }
         for name, series in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
             values = series.to_numpy(dtype=float)

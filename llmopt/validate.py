@@ -122,8 +122,9 @@ def _check_replay(instance: Instance, sol: dict[str, Any]) -> list[str]:
     from llmopt.validate_schedule import check_replay, check_timing
 
     reasons = check_replay(instance, sol)
-    if _well_formed(reasons) and sol.get("mode", "pd_competition") == "pd_competition":
-        reasons += check_timing(instance, _frame(sol), sol.get("iterations"), "replay")
+    if _well_formed(reasons):
+        model = "infermax" if sol.get("mode") == "continuous" else "replay"
+        reasons += check_timing(instance, _frame(sol), sol.get("iterations"), model)
     if sol.get("status") == "optimal":
         reasons.append("a replayed schedule carries no optimality proof; status must be feasible")
     if sol.get("bound") is not None:

@@ -1,18 +1,24 @@
 """Independent checks of timed schedules (solutions with ``segments``).
 
-Rules checked, from the instance and the segment list alone (plus the iteration log's times when
-the solution carries one):
+Nothing here calls the engines. From the instance, the segments and the iteration log's times:
 
-- every segment names a known request, a valid phase, client and model instance, and lies in
-  time after its request's arrival;
-- a request stays on one client of one instance, and a client runs one request at a time;
-- a request's prefill precedes its decode; its prefill tokens add up to ``input_tokens`` and its
-  decode tokens to ``output_tokens``;
+- every segment names a known request, a valid phase, client and model instance, and lies after
+  its request's arrival;
+- a client runs one request at a time; in PD competition a request stays on one client;
+- tokens add up: PD competition — prefill tokens = input tokens, decode tokens = output tokens;
+  continuous batching — prefill + refill + decode tokens = I + O − 1 + the KVs freed by the
+  request's evictions (every freed KV is recomputed), decode tokens ≤ O − 1;
+- a request's first prefill ends before its first decode;
 - PD competition: on a model instance no prefill overlaps a decode in time;
-- KV memory: rebuilt per iteration (prompt tokens once prefilled, one token per decode
-  iteration, released when the request finishes) and never above the capacity; with an
-  iteration log, each decode segment must span exactly as many iterations as it has tokens;
-- the objective is the makespan (last segment end), and stated metrics match recomputed ones.
+- KV memory is rebuilt per iteration — a prefill/refill chunk adds its tokens when its iteration
+  ends, a decode adds one per iteration, an eviction marker frees what its request holds, a
+  finished request frees everything — and never exceeds the capacity; it must equal the log;
+  each decode segment spans as many iterations as it has tokens; an eviction frees exactly what
+  the request held;
+- each iteration processes at most C tokens (continuous batching);
+- ``check_timing``: every iteration lasts what the time model gives for its composition, itself
+  rebuilt from the segments;
+- the objective is the makespan (last segment end) and stated metrics match recomputed ones.
 """
 
 from __future__ import annotations
@@ -25,99 +31,119 @@ import pandas as pd
 from llmopt.instance import Instance
 
 EPS = 2e-3  # ms: solution files carry times to the microsecond
-PHASES = ("prefill", "decode", "refill")
+PHASES = ("prefill", "decode", "refill", "evict")
+SEGMENT_FIELDS = ["request", "client", "instance", "phase", "start_ms", "end_ms", "tokens"]
 
 
-def check_replay(instance: Instance, sol: dict[str, Any]) -> list[str]:
+def segments_frame(sol: dict[str, Any]) -> pd.DataFrame | str:
+    """The segments as a DataFrame, or a reason why they cannot be read."""
     segments = sol.get("segments")
     if not isinstance(segments, list) or not segments:
-        return ["segments are missing or empty"]
+        return "segments are missing or empty"
     try:
-        seg = pd.DataFrame(segments, columns=["request", "client", "instance", "phase",
-                                              "start_ms", "end_ms", "tokens"])
+        seg = pd.DataFrame(segments, columns=SEGMENT_FIELDS)
         for col in ("start_ms", "end_ms"):
             seg[col] = seg[col].astype(float)
         for col in ("client", "instance", "tokens"):
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in seg[col]):
-                return [f"segment field {col} must be an integer"]
+                return f"segment field {col} must be an integer"
     except (TypeError, ValueError) as exc:
-        return [f"segments are malformed: {exc}"]
+        return f"segments are malformed: {exc}"
+    return seg
+
+
+def check_replay(instance: Instance, sol: dict[str, Any]) -> list[str]:
+    seg = segments_frame(sol)
+    if isinstance(seg, str):
+        return [seg]
     reasons = _check_fields(instance, seg)
     if reasons:
         return reasons
-    reasons += _check_requests(instance, seg)
-    reasons += _check_clients(seg)
-    if sol.get("mode", "pd_competition") == "pd_competition":
+    continuous = sol.get("mode") == "continuous"
+    reasons += _check_requests(instance, seg, continuous)
+    reasons += _check_clients(seg, continuous)
+    if not continuous:
         reasons += _check_pd_competition(seg)
-    reasons += _check_kv(instance, seg, sol.get("iterations"))
+    reasons += _check_kv(instance, seg, sol.get("iterations"), continuous)
     reasons += _check_objective_and_metrics(instance, seg, sol)
     return reasons
 
 
 def _check_fields(instance: Instance, seg: pd.DataFrame) -> list[str]:
     reasons = []
-    ids = set(instance.ids)
-    unknown = sorted(set(seg["request"]) - ids)
+    unknown = sorted(set(seg["request"]) - set(instance.ids))
     if unknown:
         reasons.append(f"{len(unknown)} unknown request id(s) in segments, e.g. {unknown[:3]}")
     bad_phase = sorted(set(seg["phase"]) - set(PHASES))
     if bad_phase:
         reasons.append(f"unknown segment phase(s) {bad_phase}")
     J, n_inst = instance.system.clients, instance.system.instances
-    if ((seg["client"] < 0) | (seg["client"] >= J)).any():
-        row = seg[(seg["client"] < 0) | (seg["client"] >= J)].iloc[0]
+    out = (seg["client"] < 0) | (seg["client"] >= J)
+    if out.any():
+        row = seg[out].iloc[0]
         reasons.append(f"client {row['client']} outside 0..{J - 1} (request {row['request']})")
     if ((seg["instance"] < 0) | (seg["instance"] >= n_inst)).any():
         reasons.append(f"model instance outside 0..{n_inst - 1}")
-    if (seg["end_ms"] < seg["start_ms"] - EPS).any() or (seg["start_ms"] < -EPS).any():
-        row = seg[seg["end_ms"] < seg["start_ms"] - EPS].iloc[0] if (
-            seg["end_ms"] < seg["start_ms"] - EPS).any() else seg.iloc[0]
+    backwards = (seg["end_ms"] < seg["start_ms"] - EPS) | (seg["start_ms"] < -EPS)
+    if backwards.any():
+        row = seg[backwards].iloc[0]
         reasons.append(f"segment of {row['request']} ends before it starts or before time 0")
     if (seg["tokens"] < 0).any():
         reasons.append("negative segment tokens")
     return reasons
 
 
-def _check_requests(instance: Instance, seg: pd.DataFrame) -> list[str]:
+def _with_lives(seg: pd.DataFrame) -> pd.DataFrame:
+    """Segments ordered per request in time, each with its life (evictions before it)."""
+    out = seg.sort_values(["request", "start_ms", "end_ms"], kind="stable").copy()
+    marker = (out["phase"] == "evict").astype(int)
+    out["life"] = marker.groupby(out["request"]).cumsum() - marker
+    return out
+
+
+def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool) -> list[str]:
     reasons = []
     by_id = {r.id: r for r in instance.requests}
     missing = sorted(set(by_id) - set(seg["request"]))
     if missing:
         reasons.append(f"{len(missing)} request(s) never scheduled, e.g. {missing[:3]}")
     grouped = seg.groupby("request", sort=False)
-    placements = grouped[["client", "instance"]].nunique()
-    moved = placements[(placements["client"] > 1) | (placements["instance"] > 1)]
-    if len(moved):
-        reasons.append(f"{len(moved)} request(s) change client or instance, e.g. "
-                       f"{list(moved.index[:3])}")
+    if not continuous:
+        placements = grouped[["client", "instance"]].nunique()
+        moved = placements[(placements["client"] > 1) | (placements["instance"] > 1)]
+        if len(moved):
+            reasons.append(f"{len(moved)} request(s) change client or instance, e.g. "
+                           f"{list(moved.index[:3])}")
+    elif (grouped["instance"].nunique() > 1).any():
+        reasons.append("a request changes model instance")
     tokens = seg.pivot_table(index="request", columns="phase", values="tokens", aggfunc="sum",
                              fill_value=0)
     first = seg.pivot_table(index="request", columns="phase", values="start_ms", aggfunc="min")
-    last = seg.pivot_table(index="request", columns="phase", values="end_ms", aggfunc="max")
+    pre = seg[seg["phase"] == "prefill"].groupby("request")["end_ms"].min()
     start = grouped["start_ms"].min()
-    wrong_in, wrong_out, early, order = [], [], [], []
+    wrong, early, order = [], [], []
     for rid, req in by_id.items():
         if rid not in tokens.index:
             continue
         row = tokens.loc[rid]
-        if int(row.get("prefill", 0)) != req.input_tokens:
-            wrong_in.append((rid, int(row.get("prefill", 0)), req.input_tokens))
-        if int(row.get("decode", 0)) != req.output_tokens:
-            wrong_out.append((rid, int(row.get("decode", 0)), req.output_tokens))
+        got = {p: int(row.get(p, 0)) for p in PHASES}
+        if continuous:
+            need = req.input_tokens + req.output_tokens - 1 + got["evict"]
+            total = got["prefill"] + got["refill"] + got["decode"]
+            if total != need or got["decode"] > req.output_tokens - 1:
+                wrong.append(f"{rid}: {total} tokens processed ({got['decode']} decoding), "
+                             f"expected {need} with at most {req.output_tokens - 1} decoding")
+        else:
+            if got["prefill"] != req.input_tokens or got["decode"] != req.output_tokens:
+                wrong.append(f"{rid}: prefill {got['prefill']} vs input {req.input_tokens}, "
+                             f"decode {got['decode']} vs output {req.output_tokens}")
         if start.loc[rid] < req.arrival_ms - EPS:
             early.append(rid)
-        if "decode" in first.columns and "prefill" in last.columns:
-            d0, p1 = first.loc[rid].get("decode"), last.loc[rid].get("prefill")
-            if pd.notna(d0) and pd.notna(p1) and d0 < p1 - EPS:
-                order.append(rid)
-    if wrong_in:
-        rid, got, want = wrong_in[0]
-        reasons.append(f"{len(wrong_in)} request(s) with prefill tokens ≠ input_tokens, e.g. "
-                       f"{rid}: {got} vs {want}")
-    if wrong_out:
-        rid, got, want = wrong_out[0]
-        reasons.append(f"{len(wrong_out)} request(s) with decode tokens ≠ output_tokens, e.g. "
-                       f"{rid}: {got} vs {want}")
+        d0 = first.loc[rid].get("decode") if "decode" in first.columns else None
+        if d0 is not None and pd.notna(d0) and (rid not in pre.index or d0 < pre[rid] - EPS):
+            order.append(rid)
+    if wrong:
+        reasons.append(f"{len(wrong)} request(s) with wrong token counts, e.g. {wrong[0]}")
     if early:
         reasons.append(f"{len(early)} request(s) start before they arrive, e.g. {early[:3]}")
     if order:
@@ -126,18 +152,25 @@ def _check_requests(instance: Instance, seg: pd.DataFrame) -> list[str]:
     return reasons
 
 
-def _check_clients(seg: pd.DataFrame) -> list[str]:
-    """Per client, the requests' [first start, last end] spans must not overlap."""
-    spans = seg.groupby("request", sort=False).agg(
+def _check_clients(seg: pd.DataFrame, continuous: bool) -> list[str]:
+    """Per client, the spans a request occupies it (first start to last end, per life between
+    evictions in continuous batching) must not overlap."""
+    lived = _with_lives(seg) if continuous else seg.assign(life=0)
+    spans = lived.groupby(["request", "life"], sort=False).agg(
         instance=("instance", "first"), client=("client", "first"),
-        start=("start_ms", "min"), end=("end_ms", "max"))
+        start=("start_ms", "min"), end=("end_ms", "max")).reset_index()
+    if continuous:
+        same_client = lived.groupby(["request", "life"])["client"].nunique()
+        if (same_client > 1).any():
+            rid = same_client[same_client > 1].index[0][0]
+            return [f"request {rid} changes client without being evicted"]
     spans = spans.sort_values(["instance", "client", "start"], kind="stable")
     same = ((spans["instance"].to_numpy()[1:] == spans["instance"].to_numpy()[:-1])
             & (spans["client"].to_numpy()[1:] == spans["client"].to_numpy()[:-1]))
     overlap = same & (spans["start"].to_numpy()[1:] < spans["end"].to_numpy()[:-1] - EPS)
     if overlap.any():
         k = int(np.flatnonzero(overlap)[0])
-        a, b = spans.index[k], spans.index[k + 1]
+        a, b = spans["request"].iloc[k], spans["request"].iloc[k + 1]
         return [f"client {int(spans['client'].iloc[k])} runs {a} and {b} at the same time"]
     return []
 
@@ -174,64 +207,104 @@ def _union(part: pd.DataFrame) -> list[tuple[float, float]]:
 def kv_capacity(instance: Instance) -> float | None:
     profile = instance.profile
     kv = getattr(profile, "kv", None)
-    return instance.system.kv_capacity or (kv.blocks * kv.block_size if kv else None)
+    own = getattr(profile, "kv_capacity", None)
+    return instance.system.kv_capacity or own or (kv.blocks * kv.block_size if kv else None)
 
 
-def rebuild_kv(seg: pd.DataFrame, its: pd.DataFrame, inst: int
-               ) -> tuple[np.ndarray, list[str]]:
-    """KV tokens held at the end of each iteration of model instance ``inst``, rebuilt from the
-    segments: a prefill/refill segment adds its tokens at the end of its last iteration, a
-    decode segment adds one token per iteration it spans, and a request releases everything
-    after the iteration in which its last segment ends."""
+def indexed(seg: pd.DataFrame, its: pd.DataFrame, inst: int) -> tuple[pd.DataFrame, list[str]]:
+    """Segments of model instance ``inst`` with the iterations they cover (a..b; an eviction
+    marker at the start of iteration x gets a = x, b = x − 1), their life, and the KVs the
+    request held before each segment (m0)."""
     S = its["start_ms"].to_numpy(dtype=float)
     E = its["end_ms"].to_numpy(dtype=float)
-    R = len(S)
-    part = seg[seg["instance"] == inst]
-    a = np.searchsorted(S, part["start_ms"].to_numpy() - EPS, side="left")
-    b = np.searchsorted(E, part["end_ms"].to_numpy() + EPS, side="right") - 1
-    tokens = part["tokens"].to_numpy(dtype=np.int64)
-    is_decode = (part["phase"] == "decode").to_numpy()
+    part = _with_lives(seg[seg["instance"] == inst])
+    part["a"] = np.searchsorted(S, part["start_ms"].to_numpy() - EPS, side="left")
+    part["b"] = np.searchsorted(E, part["end_ms"].to_numpy() + EPS, side="right") - 1
+    is_marker = (part["phase"] == "evict").to_numpy()
+    contributes = np.where(is_marker, 0, part["tokens"].to_numpy())
+    part["m0"] = (pd.Series(contributes, index=part.index)
+                  .groupby([part["request"], part["life"]]).cumsum() - contributes)
     problems = []
+    R = len(S)
+    a, b = part["a"].to_numpy(), part["b"].to_numpy()
+    outside = (~is_marker & ((b < a) | (b >= R))) | (a > R)
+    if outside.any():
+        problems.append("a segment lies outside the iteration log")
+    decode = (part["phase"] == "decode").to_numpy()
     spans = b - a + 1
-    bad = is_decode & (spans != tokens)
+    bad = decode & (spans != part["tokens"].to_numpy()) & ~outside
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
         problems.append(f"decode segment of {part['request'].iloc[k]} at "
-                        f"{part['start_ms'].iloc[k]:.3f} ms has {tokens[k]} tokens but spans "
-                        f"{spans[k]} iterations")
-    if ((b < a) | (b >= R) | (a < 0)).any():
-        problems.append("a segment lies outside the iteration log")
-        return np.zeros(R), problems
-    release = pd.Series(b).groupby(part["request"].to_numpy()).transform("max").to_numpy()
+                        f"{part['start_ms'].iloc[k]:.3f} ms has {part['tokens'].iloc[k]} tokens "
+                        f"but spans {spans[k]} iterations")
+    chunk = (part["phase"].isin(["prefill", "refill"])).to_numpy()
+    wide = chunk & (a != b) & ~outside
+    if wide.any():
+        k = int(np.flatnonzero(wide)[0])
+        problems.append(f"the prefill/refill segment of {part['request'].iloc[k]} at "
+                        f"{part['start_ms'].iloc[k]:.3f} ms spans several iterations (one "
+                        f"segment per chunk expected)")
+    freed_wrong = is_marker & (part["tokens"].to_numpy() != part["m0"].to_numpy())
+    if freed_wrong.any():
+        k = int(np.flatnonzero(freed_wrong)[0])
+        problems.append(f"eviction of {part['request'].iloc[k]} at "
+                        f"{part['start_ms'].iloc[k]:.3f} ms frees {part['tokens'].iloc[k]} KVs "
+                        f"but the request held {part['m0'].iloc[k]}")
+    return part, problems
+
+
+def rebuild_kv(part: pd.DataFrame, R: int) -> np.ndarray:
+    """KV tokens held at the end of each of ``R`` iterations (see ``indexed``): chunks add
+    their tokens at their iteration, decodes one per iteration, and each life releases all
+    after its last iteration (the iteration before an eviction, or the last one)."""
+    a, b = part["a"].to_numpy(), part["b"].to_numpy()
+    tokens = part["tokens"].to_numpy(dtype=np.int64)
+    marker = (part["phase"] == "evict").to_numpy()
+    decode = (part["phase"] == "decode").to_numpy()
+    release = (pd.Series(b).groupby([part["request"].to_numpy(), part["life"].to_numpy()])
+               .transform("max").to_numpy())
     diff = np.zeros(R + 2)
     diff2 = np.zeros(R + 2)
-    fixed = ~is_decode
-    np.add.at(diff, b[fixed], tokens[fixed])
-    np.add.at(diff, release[fixed] + 1, -tokens[fixed])
-    np.add.at(diff2, a[is_decode], 1)
-    np.add.at(diff2, b[is_decode] + 1, -1)
-    np.add.at(diff, release[is_decode] + 1, -tokens[is_decode])
-    kv = np.cumsum(diff)[:R] + np.cumsum(np.cumsum(diff2))[:R]
-    return kv, problems
+    chunk = ~decode & ~marker
+    np.add.at(diff, b[chunk], tokens[chunk])
+    np.add.at(diff, release[chunk] + 1, -tokens[chunk])
+    np.add.at(diff2, a[decode], 1)
+    np.add.at(diff2, b[decode] + 1, -1)
+    np.add.at(diff, release[decode] + 1, -tokens[decode])
+    return np.cumsum(diff)[:R] + np.cumsum(np.cumsum(diff2))[:R]
 
 
-def _check_kv(instance: Instance, seg: pd.DataFrame, iterations: Any) -> list[str]:
+def _iterations(iterations: Any) -> pd.DataFrame | str:
+    try:
+        its = pd.DataFrame(iterations)
+        its["start_ms"] = its["start_ms"].astype(float)
+        its["end_ms"] = its["end_ms"].astype(float)
+        its["instance"] = its["instance"].astype(int)
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"iterations are malformed: {exc}"
+    return its
+
+
+def _check_kv(instance: Instance, seg: pd.DataFrame, iterations: Any,
+              continuous: bool) -> list[str]:
     cap = kv_capacity(instance)
     if iterations is None:
+        if continuous:
+            return ["continuous batching schedules need their iteration log to be checked"]
         return _check_kv_reserved(instance, seg, cap)
-    try:
-        its_all = pd.DataFrame(iterations)
-        its_all["start_ms"] = its_all["start_ms"].astype(float)
-        its_all["end_ms"] = its_all["end_ms"].astype(float)
-    except (KeyError, TypeError, ValueError) as exc:
-        return [f"iterations are malformed: {exc}"]
+    its_all = _iterations(iterations)
+    if isinstance(its_all, str):
+        return [its_all]
     reasons: list[str] = []
+    C = instance.system.max_batch_tokens or getattr(instance.profile, "max_batch_tokens", None)
     for inst in sorted(set(seg["instance"])):
         its = its_all[its_all["instance"] == inst].sort_values("start_ms", kind="stable")
-        kv, problems = rebuild_kv(seg, its, inst)
+        part, problems = indexed(seg, its, inst)
         reasons += problems
         if problems:
             continue
+        kv = rebuild_kv(part, len(its))
         if cap is not None and len(kv) and kv.max() > cap:
             r = int(np.argmax(kv))
             reasons.append(f"instance {inst}: KV {int(kv[r])} tokens exceeds capacity {cap} at "
@@ -243,12 +316,19 @@ def _check_kv(instance: Instance, seg: pd.DataFrame, iterations: Any) -> list[st
                 r = int(off[0])
                 reasons.append(f"instance {inst}: iteration at {its['start_ms'].iloc[r]:.3f} ms "
                                f"states {stated[r]} KV tokens, segments give {int(kv[r])}")
+        if continuous and C is not None:
+            comp = composition(part, len(its))
+            over = np.flatnonzero(comp["tokens"] > C)
+            if len(over):
+                r = int(over[0])
+                reasons.append(f"instance {inst}: the iteration at {its['start_ms'].iloc[r]:.3f} "
+                               f"ms processes {int(comp['tokens'][r])} tokens > C = {C}")
     return reasons
 
 
 def _check_kv_reserved(instance: Instance, seg: pd.DataFrame, cap: float | None) -> list[str]:
-    """Without an iteration log: a sufficient check, input + output tokens of every request in
-    flight (first start to last end) never above the capacity."""
+    """Without an iteration log (PD competition): a sufficient check, input + output tokens of
+    every request in flight (first start to last end) never above the capacity."""
     if cap is None:
         return []
     size = {r.id: r.input_tokens + r.output_tokens for r in instance.requests}
@@ -268,6 +348,105 @@ def _check_kv_reserved(instance: Instance, seg: pd.DataFrame, cap: float | None)
     return []
 
 
+def composition(part: pd.DataFrame, R: int) -> dict[str, np.ndarray]:
+    """Per iteration, from the segments: tokens processed, requests decoding and the KVs they
+    read, prompt tokens prefilled, Σ(c² + 2mc) over chunks and the number of chunks."""
+    a, b = part["a"].to_numpy(), part["b"].to_numpy()
+    tokens = part["tokens"].to_numpy(dtype=float)
+    m0 = part["m0"].to_numpy(dtype=float)
+    decode = (part["phase"] == "decode").to_numpy()
+    chunk = part["phase"].isin(["prefill", "refill"]).to_numpy()
+    decoding = np.zeros(R + 1)
+    np.add.at(decoding, a[decode], 1)
+    np.add.at(decoding, b[decode] + 1, -1)
+    # KVs read by a decode segment at its t-th iteration: m0 + t
+    kv_const = np.zeros(R + 1)
+    np.add.at(kv_const, a[decode], m0[decode])
+    np.add.at(kv_const, b[decode] + 1, -m0[decode])
+    ramp = np.zeros(R + 3)  # second differences of t ↦ t − a on [a, b]
+    np.add.at(ramp, a[decode] + 1, 1)
+    np.add.at(ramp, b[decode] + 1, -(b[decode] - a[decode] + 1))
+    np.add.at(ramp, b[decode] + 2, b[decode] - a[decode])
+    prefill = np.zeros(R)
+    units = np.zeros(R)
+    chunks = np.zeros(R)
+    np.add.at(prefill, b[chunk], tokens[chunk])
+    np.add.at(units, b[chunk], tokens[chunk] ** 2 + 2 * m0[chunk] * tokens[chunk])
+    np.add.at(chunks, b[chunk], 1)
+    dec = np.cumsum(decoding)[:R]
+    kv_read = np.cumsum(kv_const)[:R] + np.cumsum(np.cumsum(ramp))[:R]
+    return {"decoding": dec, "kv_read": kv_read, "prefill_tokens": prefill,
+            "tokens": prefill + dec, "units": units, "chunks": chunks}
+
+
+def check_timing(instance: Instance, seg: pd.DataFrame, iterations: Any, time_model: str
+                 ) -> list[str]:
+    """Every iteration lasts what the time model gives for its composition:
+
+    - ``replay`` (PD competition): prefill overhead + per_token × prompt tokens; decode
+      overhead + per_client × requests decoding;
+    - ``stage`` (the original MIP): prefill = the smallest prefill level holding its tokens
+      (levels every ``prefill_level_step`` up to the largest stage); decode = T_d, the round at
+      the full batch J;
+    - ``infermax`` (continuous batching): bias + per_token × tokens + decode_kv × KVs read by
+      decodes + prefill_attention × Σ(c² + 2mc) + per_prefill_request × chunks."""
+    if iterations is None:
+        return ["no iteration log: cannot check iteration times"]
+    its_all = _iterations(iterations)
+    if isinstance(its_all, str):
+        return [its_all]
+    profile = instance.profile
+    reasons: list[str] = []
+    for inst in sorted(set(seg["instance"])):
+        its = its_all[its_all["instance"] == inst].sort_values("start_ms", kind="stable")
+        part, problems = indexed(seg, its, inst)
+        if problems:
+            return problems
+        comp = composition(part, len(its))
+        expected = _expected_durations(instance, profile, comp, time_model)
+        if isinstance(expected, str):
+            return [expected]
+        got = (its["end_ms"] - its["start_ms"]).to_numpy(dtype=float)
+        off = np.flatnonzero(np.abs(got - expected) > EPS * 2)
+        if len(off):
+            r = int(off[0])
+            what = (f"{int(comp['prefill_tokens'][r])} prompt tokens and "
+                    f"{int(comp['decoding'][r])} decodes")
+            reasons.append(f"instance {inst}: {len(off)} iteration(s) off the {time_model} time "
+                           f"model, e.g. the one with {what} at {its['start_ms'].iloc[r]:.3f} ms "
+                           f"lasts {got[r]:.3f} ms, expected {expected[r]:.3f} ms")
+    return reasons
+
+
+def _expected_durations(instance: Instance, profile: Any, comp: dict[str, np.ndarray],
+                        time_model: str) -> np.ndarray | str:
+    if time_model == "infermax":
+        need = ("bias_ms", "per_token_ms", "decode_kv_ms", "prefill_attention_ms",
+                "per_prefill_request_ms")
+        if not all(hasattr(profile, k) for k in need):
+            return f"profile {profile.name} has no InferMax coefficients"
+        return np.where(comp["tokens"] > 0,
+                        profile.bias_ms + profile.per_token_ms * comp["tokens"]
+                        + profile.decode_kv_ms * comp["kv_read"]
+                        + profile.prefill_attention_ms * comp["units"]
+                        + profile.per_prefill_request_ms * comp["chunks"], 0.0)
+    pre, dec = getattr(profile, "prefill", None), getattr(profile, "decode", None)
+    if pre is None or not hasattr(pre, "overhead_ms") or not hasattr(dec, "per_client_ms"):
+        return f"profile {profile.name} has no PD-competition stage times"
+    tokens = comp["prefill_tokens"]
+    is_prefill = tokens > 0
+    if time_model == "replay":
+        return np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * tokens,
+                        dec.overhead_ms + dec.per_client_ms * comp["decoding"])
+    cap = instance.system.max_prefill_tokens or getattr(profile, "max_prefill_tokens", None)
+    if cap is None:
+        return "no largest prefill stage (max_prefill_tokens) to derive levels"
+    step = getattr(profile, "prefill_level_step", None) or cap
+    level_cap = np.minimum(np.ceil(tokens / step) * step, cap)
+    full_batch = dec.overhead_ms + dec.per_client_ms * instance.system.clients
+    return np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * level_cap, full_batch)
+
+
 def _check_objective_and_metrics(instance: Instance, seg: pd.DataFrame,
                                  sol: dict[str, Any]) -> list[str]:
     reasons = []
@@ -277,84 +456,11 @@ def _check_objective_and_metrics(instance: Instance, seg: pd.DataFrame,
         reasons.append(f"objective {obj} but the last segment ends at {makespan:.3f} ms")
     metrics = sol.get("metrics") or {}
     clients = instance.system.clients * instance.system.instances
-    util = float((seg["end_ms"] - seg["start_ms"]).sum()) / (clients * makespan)
+    work = seg[seg["phase"] != "evict"]
+    util = float((work["end_ms"] - work["start_ms"]).sum()) / (clients * makespan)
     tps = float(instance.output_tokens.sum()) / (makespan / 1000.0)
     for key, value in (("utilization", util), ("tokens_per_s", tps)):
         stated = metrics.get(key)
         if stated is not None and abs(stated - value) > 1e-4 * max(1.0, abs(value)):
             reasons.append(f"metric {key} {stated} but segments give {value:.6f}")
-    return reasons
-
-
-def iteration_composition(seg: pd.DataFrame, its: pd.DataFrame, inst: int
-                          ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per iteration of model instance ``inst``: requests decoding and prompt tokens prefilled,
-    counted from the segments alone."""
-    S = its["start_ms"].to_numpy(dtype=float)
-    E = its["end_ms"].to_numpy(dtype=float)
-    R = len(S)
-    part = seg[seg["instance"] == inst]
-    a = np.searchsorted(S, part["start_ms"].to_numpy() - EPS, side="left")
-    b = np.searchsorted(E, part["end_ms"].to_numpy() + EPS, side="right") - 1
-    problems = []
-    if ((b < a) | (b >= R)).any():
-        return np.zeros(R), np.zeros(R), ["a segment lies outside the iteration log"]
-    decode = (part["phase"] == "decode").to_numpy()
-    diff = np.zeros(R + 1)
-    np.add.at(diff, a[decode], 1)
-    np.add.at(diff, b[decode] + 1, -1)
-    prefill = ~decode
-    if (a[prefill] != b[prefill]).any():
-        problems.append("a prefill segment spans several iterations (PD competition runs a "
-                        "prefill stage in one iteration)")
-    tokens = np.zeros(R)
-    np.add.at(tokens, b[prefill], part["tokens"].to_numpy()[prefill])
-    return np.cumsum(diff)[:R], tokens, problems
-
-
-def check_timing(instance: Instance, seg: pd.DataFrame, iterations: Any, time_model: str
-                 ) -> list[str]:
-    """Every iteration lasts what the time model says for its composition (PD competition):
-
-    - ``replay``: prefill overhead + per_token × prompt tokens; decode overhead + per_client ×
-      requests decoding;
-    - ``stage`` (the original MIP): prefill = time of the smallest prefill level holding its
-      tokens (levels every ``prefill_level_step`` tokens up to the largest stage); decode =
-      T_d, the decode round at the full batch J."""
-    profile = instance.profile
-    pre, dec = getattr(profile, "prefill", None), getattr(profile, "decode", None)
-    if pre is None or not hasattr(pre, "overhead_ms") or not hasattr(dec, "per_client_ms"):
-        return [f"profile {profile.name} has no PD-competition stage times to check"]
-    if iterations is None:
-        return ["no iteration log: cannot check iteration times"]
-    its_all = pd.DataFrame(iterations)
-    cap = instance.system.max_prefill_tokens or getattr(profile, "max_prefill_tokens", None)
-    step = getattr(profile, "prefill_level_step", None) or cap
-    reasons: list[str] = []
-    for inst in sorted(set(seg["instance"])):
-        its = its_all[its_all["instance"] == inst].sort_values("start_ms", kind="stable")
-        decoding, tokens, problems = iteration_composition(seg, its, inst)
-        reasons += problems
-        if problems:
-            continue
-        is_prefill = tokens > 0
-        if time_model == "replay":
-            expected = np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * tokens,
-                                dec.overhead_ms + dec.per_client_ms * decoding)
-        else:
-            if cap is None:
-                return ["no largest prefill stage (max_prefill_tokens) to derive levels"]
-            level_cap = np.minimum(np.ceil(tokens / step) * step, cap)
-            full_batch = dec.overhead_ms + dec.per_client_ms * instance.system.clients
-            expected = np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * level_cap,
-                                full_batch)
-        got = (its["end_ms"] - its["start_ms"]).to_numpy(dtype=float)
-        off = np.flatnonzero(np.abs(got - expected) > EPS * 2)
-        if len(off):
-            r = int(off[0])
-            what = (f"prefill of {int(tokens[r])} tokens" if is_prefill[r]
-                    else f"decode round of {int(decoding[r])} requests")
-            reasons.append(f"instance {inst}: {len(off)} iteration(s) off the {time_model} time "
-                           f"model, e.g. the {what} at {its['start_ms'].iloc[r]:.3f} ms lasts "
-                           f"{got[r]:.3f} ms, expected {expected[r]:.3f} ms")
     return reasons

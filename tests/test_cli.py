@@ -41,7 +41,7 @@ def test_cli_flags_override_instance_defaults(cli, tmp_path):
 
 
 def test_bound_reports_eq31_and_eq32_parts(cli):
-    result = cli("bound", TOY / "quickstart.yaml", "--json")
+    result = cli("bound", TOY / "quickstart.yaml", "--json", "--no-solvers")
     assert result.exit_code == 0, result.stderr
     bounds = {b["name"]: b for b in json.loads(result.stdout)["bounds"]}
     eq32 = bounds["pang_eq32"]
@@ -52,8 +52,9 @@ def test_bound_reports_eq31_and_eq32_parts(cli):
     assert eq32["value_ms"] == pytest.approx(557.48 + 847 * 29.84)
     levels = bounds["pang_eq32_levels"]
     assert levels["parts"]["t_p"] == pytest.approx(25 + 0.13 * 808)
-    table = cli("bound", TOY / "quickstart.yaml")
+    table = cli("bound", TOY / "quickstart.yaml", "--time-limit", "3")
     assert table.exit_code == 0 and "pang_eq32" in table.stdout and "eq 31" in table.stdout
+    assert "compact_cpsat_replay" in table.stdout
 
 
 @pytest.mark.parametrize("first", ["highspy", "ortools.sat.python.cp_model"])
@@ -109,11 +110,12 @@ def test_replay_rejects_unknown_policy_and_missing_plan(cli, tmp_path):
 def test_compare_writes_table_csv_and_chart(cli, tmp_path):
     import pandas as pd
 
-    result = cli("compare", TOY / "gsm8k-small.yaml", "--out", tmp_path)
+    result = cli("compare", TOY / "gsm8k-small.yaml", "--out", tmp_path, "--time-limit", "5")
     assert result.exit_code == 0, result.stderr
     folder = tmp_path / "gsm8k-small"
     table = pd.read_csv(folder / "compare.csv")
-    assert list(table["schedule"]) == ["baseline", "offline", "online", "iteration", "hybrid"]
+    policies = ["baseline", "offline", "online", "iteration", "hybrid"]
+    assert list(table["schedule"]) == [*policies, "pd-competition"]
     assert (table["gap_to_bound"] >= 0).all()
     md = (folder / "compare.md").read_text()
     assert "pd_replay_rounds" in md and "| hybrid |" in md
@@ -147,8 +149,9 @@ def test_pd_competition_from_the_cli(cli, tmp_path):
     assert original.exit_code == 0 and "optimal" in original.stdout
     other = json.loads((tmp_path / "o" / "pd-tiny" / "pd-competition-highs.json").read_text())
     assert other["objective"] == pytest.approx(sol["objective"])
-    replayed = cli("replay", inst, "--policy", "plan", "--plan", folder / "pd-competition-auto.json",
-                   "--out", tmp_path, "--no-plot")
+    plan = folder / "pd-competition-auto.json"
+    replayed = cli("replay", inst, "--policy", "plan", "--plan", plan, "--out", tmp_path,
+                   "--no-plot")
     assert replayed.exit_code == 0
     plan_replay = json.loads((folder / "replay-plan.json").read_text())
     assert plan_replay["objective"] == pytest.approx(sol["objective_replay_ms"], abs=1e-3)

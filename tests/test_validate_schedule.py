@@ -76,7 +76,7 @@ def _claims_optimal(sol):
 CORRUPTIONS = {
     "prefill overlaps decode": (_shift_prefill_into_decode, "overlap"),
     "client double-booked": (_double_book_client, "same time"),
-    "decode tokens wrong": (_drop_decode_token, "decode tokens"),
+    "decode tokens wrong": (_drop_decode_token, "wrong token counts"),
     "decode before prefill": (_decode_before_prefill, "before their prefill"),
     "request missing": (_drop_request, "never scheduled"),
     "objective wrong": (_wrong_objective, "objective"),

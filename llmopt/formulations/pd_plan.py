@@ -28,7 +28,7 @@ import pandas as pd
 from llmopt.errors import InstanceError
 from llmopt.instance import Instance
 from llmopt.profiles import PangLinearProfile, prefill_levels
-from llmopt.schedule import Schedule
+from llmopt.schedule import ITERATION_COLUMNS, Schedule
 
 TIME_MODELS = ("stage", "replay")
 
@@ -249,7 +249,8 @@ def stage_schedule(problem: PDProblem, plan: Plan) -> Schedule:
                 seg_rows.append((ids[i], int(plan.client[i]), 0, "prefill", t, t + dur,
                                  int(problem.inp[i])))
             kv += tokens
-            it_rows.append((0, t, t + dur, "prefill", len(members), tokens, 0, kv, 0))
+            in_flight = int(((start <= plan.starts[k]) & (end > plan.starts[k])).sum())
+            it_rows.append((0, t, t + dur, "prefill", len(members), tokens, 0, kv, 0, in_flight))
             t += dur
         lo, hi = plan.starts[k], bounds[k]
         if hi <= lo:
@@ -258,7 +259,8 @@ def stage_schedule(problem: PDProblem, plan: Plan) -> Schedule:
         for r in range(lo, hi):
             live = active[(start[active] <= r) & (end[active] > r)]
             kv += len(live)
-            it_rows.append((0, t, t + problem.t_round, "decode", len(live), 0, len(live), kv, 0))
+            it_rows.append((0, t, t + problem.t_round, "decode", len(live), 0, len(live), kv, 0,
+                            len(live)))
             done = live[end[live] == r + 1]
             kv -= int((problem.inp[done] + problem.out[done]).sum())
             t += problem.t_round
@@ -275,9 +277,7 @@ def stage_schedule(problem: PDProblem, plan: Plan) -> Schedule:
                     finish[i] = s + (b - a) * problem.t_round
     segments = pd.DataFrame(seg_rows, columns=["request", "client", "instance", "phase",
                                                "start_ms", "end_ms", "tokens"])
-    iterations = pd.DataFrame(it_rows, columns=["instance", "start_ms", "end_ms", "phase",
-                                                "batch_size", "prefill_tokens", "decode_tokens",
-                                                "kv_tokens", "evictions"])
+    iterations = pd.DataFrame(it_rows, columns=ITERATION_COLUMNS)
     requests = pd.DataFrame({"request": list(ids), "instance": 0, "client": plan.client,
                              "input_tokens": problem.inp, "output_tokens": problem.out,
                              "arrival_ms": 0.0, "first_token_ms": first, "finish_ms": finish,

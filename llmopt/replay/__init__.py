@@ -18,8 +18,10 @@ import numpy as np
 from llmopt.errors import OptionError, SolutionFileError
 from llmopt.instance import Instance
 from llmopt.progress import SILENT, Progress
+from llmopt.replay.continuous import ContinuousEngine
 from llmopt.replay.pd import PDEngine, PDPolicy
 from llmopt.replay.policies import pang
+from llmopt.replay.policies.infermax import SCHEDULERS
 from llmopt.replay.recorder import merge
 from llmopt.result import Result
 from llmopt.schedule import Schedule
@@ -29,15 +31,22 @@ DEFAULT_POLICIES = ("baseline", "offline", "online", "hybrid")
 
 
 def policy_names() -> tuple[str, ...]:
-    return PD_POLICIES
+    return PD_POLICIES + tuple(SCHEDULERS)
+
+
+def mode_of(policy: str) -> str:
+    """``pd_competition`` for the Pang policies, ``continuous`` for InferMax's schedulers."""
+    return "continuous" if policy in SCHEDULERS else "pd_competition"
 
 
 def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
            binpacking_time_limit_s: float = 30.0, progress: Progress = SILENT) -> Schedule:
     """Simulate ``instance`` under ``policy``; ``plan`` is a solution dict for policy ``plan``."""
-    if policy not in PD_POLICIES:
-        raise OptionError(f"unknown policy (known: {', '.join(PD_POLICIES)})", field="--policy",
-                          value=policy)
+    if policy not in policy_names():
+        raise OptionError(f"unknown policy (known: {', '.join(policy_names())})",
+                          field="--policy", value=policy)
+    if policy in SCHEDULERS:
+        return _replay_continuous(instance, SCHEDULERS[policy], progress)
     J = instance.system.clients
     assignment = _global_assignment(instance, policy, plan, binpacking_time_limit_s, progress)
     order = _plan_order(instance, plan) if policy == "plan" else None
@@ -57,6 +66,16 @@ def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = 
         engine = PDEngine(instance, chosen, members, instance_index=e)
         schedules.append(engine.run())
     return merge(schedules, policy, J * instance.system.instances)
+
+
+def _replay_continuous(instance: Instance, config, progress: Progress) -> Schedule:
+    """Continuous batching on every model instance; requests dealt round-robin in arrival
+    order (the usual routing of serving systems)."""
+    schedules = []
+    for e, members in enumerate(_route(instance, None)):
+        progress.stage(f"replaying {config.name} on instance {e} ({len(members)} requests)")
+        schedules.append(ContinuousEngine(instance, config, members, instance_index=e).run())
+    return merge(schedules, config.name, instance.system.clients * instance.system.instances)
 
 
 def _make_policy(name: str, assign: dict[int, int] | None,
@@ -171,7 +190,7 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
         problem="replay", solver=policy, status="feasible",
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
         time_limit_s=None, solver_version=f"llmopt {__version__} replay",
-        data={"mode": "pd_competition", "clients": instance.total_clients,
+        data={"mode": mode_of(policy), "clients": instance.total_clients,
               "metrics": metrics, "segments": schedule.segments_records(),
               "iterations": schedule.iterations_columns()},
     )

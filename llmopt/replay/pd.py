@@ -178,7 +178,7 @@ class PDEngine:
         self.kv_held += tokens
         self.kv_reserved += int((self.inp[reqs] + self.out[reqs]).sum())
         self.rec.iterations(np.array([start]), np.array([end]), "prefill", len(reqs), tokens, 0,
-                            self.kv_held)
+                            self.kv_held, running=len(self.decoding) + len(reqs))
         self.decoding = np.concatenate([self.decoding, reqs])
         self.tokens_since_prefill = 0
         self.t = end
@@ -204,7 +204,7 @@ class PDEngine:
         self.decoded[idx] += k
         self.seg_tokens[idx] += k
         self.rec.iterations(starts, ends, "decode", n, 0, n,
-                            self.kv_held + n * np.arange(1, k + 1))
+                            self.kv_held + n * np.arange(1, k + 1), running=n)
         self.kv_held += n * k
         self.rounds += k
         self.tokens_since_prefill += n * k

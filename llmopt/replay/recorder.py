@@ -1,8 +1,8 @@
 """Collects segments and iterations while an engine runs and builds the schedule tables.
 
-Everything is appended in numpy chunks (one append per prefill stage or per run of identical
-decode rounds), with requests as integer indices into the instance, so that recording stays a
-small part of a replay's cost."""
+Appends are cheap (raw arrays or scalars, one append per prefill stage, batch or run of identical
+decode rounds) and are expanded into columns once, when the tables are built; requests are
+integer indices into the engine's request list until then."""
 
 from __future__ import annotations
 
@@ -11,50 +11,51 @@ import pandas as pd
 
 from llmopt.schedule import ITERATION_COLUMNS, SEGMENT_COLUMNS, Schedule
 
-PHASES = ("prefill", "decode", "refill")
+PHASES = ("prefill", "decode", "refill", "evict")
 _PHASE_CODE = {p: k for k, p in enumerate(PHASES)}
 _ITER_PHASES = ("prefill", "decode", "mixed")
+
+
+def _expand(values: list, lengths: np.ndarray, dtype) -> np.ndarray:
+    """Concatenate per-chunk values, each a scalar (repeated) or an array of its length."""
+    if all(np.ndim(v) == 0 for v in values):
+        return np.repeat(np.asarray(values, dtype=dtype), lengths)
+    return np.concatenate([np.full(k, v, dtype=dtype) if np.ndim(v) == 0
+                           else np.asarray(v, dtype=dtype) for v, k in zip(values, lengths,
+                                                                         strict=True)])
 
 
 class Recorder:
     def __init__(self, instance_index: int) -> None:
         self.instance = instance_index
-        self._seg: list[tuple[np.ndarray, ...]] = []
-        self._iter: list[tuple[np.ndarray, ...]] = []
+        self._seg: list[tuple] = []
+        self._iter: list[tuple] = []
 
-    def segments(self, requests: np.ndarray, clients: np.ndarray, phase: str,
-                 starts: np.ndarray | float, ends: np.ndarray | float, tokens: np.ndarray
-                 ) -> None:
-        """Segments of ``requests`` (instance indices) in one phase."""
-        k = len(requests)
-        if k == 0:
-            return
-        self._seg.append((
-            np.asarray(requests, dtype=np.int64), np.asarray(clients, dtype=np.int64),
-            np.full(k, _PHASE_CODE[phase], dtype=np.int8),
-            np.broadcast_to(np.asarray(starts, dtype=float), (k,)).copy(),
-            np.broadcast_to(np.asarray(ends, dtype=float), (k,)).copy(),
-            np.asarray(tokens, dtype=np.int64).copy(),
-        ))
+    def segments(self, requests: np.ndarray, clients: np.ndarray, phase: str, starts, ends,
+                 tokens: np.ndarray) -> None:
+        """Segments of ``requests`` (engine indices) in one phase; starts/ends scalar or array."""
+        if len(requests):
+            self._seg.append((np.array(requests, dtype=np.int64),
+                              np.array(clients, dtype=np.int64), _PHASE_CODE[phase],
+                              np.array(starts, dtype=float), np.array(ends, dtype=float),
+                              np.array(tokens, dtype=np.int64)))
 
     def iterations(self, starts: np.ndarray, ends: np.ndarray, phase: str, batch_size,
-                   prefill_tokens, decode_tokens, kv_tokens, evictions=0) -> None:
-        k = len(starts)
-
-        def col(x) -> np.ndarray:
-            return np.broadcast_to(np.asarray(x, dtype=np.int64), (k,))
-
-        self._iter.append((
-            np.asarray(starts, dtype=float), np.asarray(ends, dtype=float),
-            np.full(k, _ITER_PHASES.index(phase), dtype=np.int8), col(batch_size),
-            col(prefill_tokens), col(decode_tokens), col(kv_tokens), col(evictions),
-        ))
+                   prefill_tokens, decode_tokens, kv_tokens, evictions=0, running=0) -> None:
+        self._iter.append((len(starts), starts, ends, _ITER_PHASES.index(phase), batch_size,
+                           prefill_tokens, decode_tokens, kv_tokens, evictions, running))
 
     def segment_frame(self, ids: list[str]) -> pd.DataFrame:
         if not self._seg:
             return pd.DataFrame(columns=SEGMENT_COLUMNS)
-        req, client, phase, start, end, tokens = (np.concatenate(c) for c in zip(*self._seg,
-                                                                                   strict=True))
+        req, client, phase, start, end, tokens = zip(*self._seg, strict=True)
+        lengths = np.array([len(r) for r in req])
+        req = np.concatenate(req)
+        client = np.concatenate(client)
+        start = _expand(list(start), lengths, float)
+        end = _expand(list(end), lengths, float)
+        tokens = np.concatenate(tokens)
+        phase = np.repeat(np.asarray(phase, dtype=np.int8), lengths)
         order = np.lexsort((start, client))
         return pd.DataFrame({
             "request": np.asarray(ids, dtype=object)[req[order]],
@@ -69,16 +70,22 @@ class Recorder:
     def iteration_frame(self) -> pd.DataFrame:
         if not self._iter:
             return pd.DataFrame(columns=ITERATION_COLUMNS)
-        start, end, phase, bs, pt, dt, kv, ev = (np.concatenate(c) for c in zip(*self._iter,
-                                                                                strict=True))
-        order = np.argsort(start, kind="stable")
-        return pd.DataFrame({
-            "instance": np.full(len(order), self.instance, dtype=np.int64),
-            "start_ms": start[order], "end_ms": end[order],
-            "phase": np.asarray(_ITER_PHASES, dtype=object)[phase[order]],
-            "batch_size": bs[order], "prefill_tokens": pt[order], "decode_tokens": dt[order],
-            "kv_tokens": kv[order], "evictions": ev[order],
-        })
+        k, start, end, phase, bs, pt, dt, kv, ev, run = zip(*self._iter, strict=True)
+        k = np.asarray(k)
+        cols = {
+            "start_ms": _expand(list(start), k, float), "end_ms": _expand(list(end), k, float),
+            "phase": np.asarray(_ITER_PHASES, dtype=object)[np.repeat(np.asarray(phase), k)],
+            "batch_size": _expand(list(bs), k, np.int64),
+            "prefill_tokens": _expand(list(pt), k, np.int64),
+            "decode_tokens": _expand(list(dt), k, np.int64),
+            "kv_tokens": _expand(list(kv), k, np.int64),
+            "evictions": _expand(list(ev), k, np.int64),
+            "running": _expand(list(run), k, np.int64),
+        }
+        order = np.argsort(cols["start_ms"], kind="stable")
+        frame = pd.DataFrame({c: v[order] for c, v in cols.items()})
+        frame.insert(0, "instance", self.instance)
+        return frame[ITERATION_COLUMNS]
 
 
 def merge(schedules: list[Schedule], policy: str, clients: int) -> Schedule:

@@ -1,0 +1,462 @@
+"""Optimal scheduling of continuous batching as a CSP: InferMax, Kim et al. 2025, section 5.
+
+Requests i with input I_i, output O_i and arrival T_i; batches j = 1..N (j = 0 the initial
+state). Variables, as in the paper: S_ij (prompt + generated tokens after batch j, S_i0 = I_i),
+m_ij (KVs cached after batch j, m_i0 = 0), c_ij (tokens processed in batch j), g_ij (a token is
+generated), e_ij (evicted at batch j). Constraints:
+
+- termination: Σ_j g_ij = O_i (the request is done once S reaches I_i + O_i);
+- non-decreasing sequence length: S_ij = S_i,j−1 + g_ij;
+- memory management (1): m_ij = 0 if e_ij, else m_i,j−1 + c_ij (and 0 once done);
+- tokens to process (2): c_ij = 0 if e_ij, else c_ij ≤ S_i,j−1 − m_i,j−1;
+- token generation (3): g_ij = 1 exactly when c_ij = S_i,j−1 − m_i,j−1;
+- batch constraints (4): Σ_i c_ij ≤ C and the KVs held during batch j, Σ_i (m_i,j−1 + c_ij) over
+  requests not evicted, ≤ M (a finishing request still holds its KVs in its last batch);
+
+Offline (every arrival at 0), the chunks of one prefill or refill pass of length L together cost
+L² of prefill attention whatever the chunking (Σ(c² + 2mc) over the chunks telescopes), and only
+the sum of the batch times matters, so the model charges L² to the pass's last chunk: an exact
+reformulation with a small table instead of products. Online, the products are kept per chunk.
+
+Also what the paper omits: phase indicators (decode: c = 1 on the last generated token, i.e.
+S − m = 1 after the first token; prefill/refill otherwise), the chunked-prefill budget (prefill
+and refill tokens of a batch ≤ P), finished requests process nothing, and the online setting
+(batch j starts at the end of batch j − 1 plus an idle time, and a request is in no batch that
+starts before it arrives). An eviction needs KVs to free.
+
+Objective: the end of the last batch, batch times by the InferMax cost model (section 3.2):
+T_j = bias·[batch non-empty] + per_token·Σ c + decode_kv·Σ_decode m + prefill_attention·
+Σ_prefill (c² + 2mc) + per_prefill_request·(prefill chunks). The quadratic term is exact: CP-SAT
+multiplies integers; the MIP expands c in binary and linearises the products of binaries and of
+a binary with an integer.
+
+Batches. N is the number of batches of the best heuristic schedule (which also warm-starts the
+solve) — or more: with N ≥ N_max, the most non-empty batches a schedule better than the
+incumbent can afford (each costs at least the bias), the optimum over N batches is the optimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llmopt.errors import InstanceError, OptionError
+from llmopt.instance import Instance
+from llmopt.profiles import InferMaxProfile
+from llmopt.progress import SILENT, Progress
+from llmopt.result import Result
+
+SOLVERS = ("auto", "cpsat", "highs")
+COEFFICIENTS = ("bias_ms", "per_token_ms", "decode_kv_ms", "prefill_attention_ms",
+                "per_prefill_request_ms")
+
+
+@dataclass(frozen=True)
+class CSPData:
+    ids: tuple[str, ...]
+    I: np.ndarray
+    O: np.ndarray
+    T: np.ndarray          # arrivals, ms
+    M: int
+    C: int
+    P: int
+    profile: InferMaxProfile
+    scale: int             # integer time units per ms
+    exact: bool
+
+    @classmethod
+    def from_instance(cls, instance: Instance) -> CSPData:
+        profile = instance.profile
+        if not isinstance(profile, InferMaxProfile):
+            raise InstanceError("the InferMax CSP needs an infermax profile",
+                                file=instance.label(), field="model", value=profile.name)
+        M = instance.system.kv_capacity or profile.kv_capacity
+        C = instance.system.max_batch_tokens or profile.max_batch_tokens
+        if M is None or C is None:
+            raise InstanceError("the CSP needs M and C", file=instance.label(),
+                                field="system.kv_capacity" if M is None
+                                else "system.max_batch_tokens")
+        if instance.system.clients < instance.num_requests:
+            raise InstanceError("the CSP has no limit on running requests: give at least as "
+                                "many clients as requests", file=instance.label(),
+                                field="system.clients", value=instance.system.clients)
+        values = [getattr(profile, k) for k in COEFFICIENTS]
+        scale, exact = 10 ** 12, False
+        for k in range(13):
+            if all(abs(v * 10 ** k - round(v * 10 ** k)) < 1e-6 for v in values):
+                scale, exact = 10 ** k, True
+                break
+        P = min(instance.system.max_prefill_tokens or C, C)
+        return cls(tuple(instance.ids), instance.input_tokens.copy(),
+                   instance.output_tokens.copy(), instance.arrival_ms.copy(), int(M), int(C),
+                   int(P), profile, scale, exact)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    def coef(self, name: str) -> int:
+        return round(getattr(self.profile, name) * self.scale)
+
+
+# --------------------------------------------------------------------- plans and trajectories
+
+def batches_from_schedule(ids: tuple[str, ...], schedule) -> list[dict[str, Any]]:
+    """The batch plan a continuous-batching schedule followed: per iteration, the requests
+    evicted before it, its chunks and its decodes."""
+    its = schedule.iterations.sort_values("start_ms", kind="stable").reset_index(drop=True)
+    S = its["start_ms"].to_numpy()
+    E = its["end_ms"].to_numpy()
+    plan: list[dict[str, Any]] = [{"evict": [], "prefill": {}, "decode": []} for _ in range(len(S))]
+    for row in schedule.segments.itertuples(index=False):
+        a = int(np.searchsorted(S, row.start_ms - 1e-6, side="left"))
+        b = int(np.searchsorted(E, row.end_ms + 1e-6, side="right")) - 1
+        if row.phase == "evict":
+            plan[a]["evict"].append(row.request)
+        elif row.phase == "decode":
+            for j in range(a, b + 1):
+                plan[j]["decode"].append(row.request)
+        else:
+            plan[a]["prefill"][row.request] = int(row.tokens)
+    return plan
+
+
+def trajectories(data: CSPData, plan: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """S, m, c, g, e per request and batch (shape n × (N+1), column 0 the initial state)."""
+    index = {rid: k for k, rid in enumerate(data.ids)}
+    N = len(plan)
+    S = np.zeros((data.n, N + 1), dtype=np.int64)
+    m = np.zeros_like(S)
+    c = np.zeros_like(S)
+    g = np.zeros_like(S)
+    e = np.zeros_like(S)
+    S[:, 0] = data.I
+    for j, batch in enumerate(plan, start=1):
+        S[:, j], m[:, j] = S[:, j - 1], m[:, j - 1]
+        for r in batch["evict"]:
+            e[index[r], j] = 1
+            m[index[r], j] = 0
+        for r, tokens in batch["prefill"].items():
+            c[index[r], j] = tokens
+        for r in batch["decode"]:
+            c[index[r], j] = 1
+        full = (c[:, j] > 0) & (c[:, j] == S[:, j - 1] - m[:, j - 1])
+        g[:, j] = full
+        m[:, j] = np.where(e[:, j] == 1, 0, m[:, j - 1] + c[:, j])
+        S[:, j] = S[:, j - 1] + g[:, j]
+        done = S[:, j] == data.I + data.O
+        m[:, j] = np.where(done, 0, m[:, j])
+    return {"S": S, "m": m, "c": c, "g": g, "e": e}
+
+
+def plan_from_values(data: CSPData, c: np.ndarray, e: np.ndarray,
+                     decode: np.ndarray) -> list[dict[str, Any]]:
+    """The batch plan of a solver's c, e and decode indicators (n × N arrays)."""
+    plan = []
+    for j in range(c.shape[1]):
+        batch = {"evict": [data.ids[i] for i in np.flatnonzero(e[:, j])],
+                 "prefill": {data.ids[i]: int(c[i, j]) for i in np.flatnonzero(c[:, j])
+                             if not decode[i, j]},
+                 "decode": [data.ids[i] for i in np.flatnonzero(decode[:, j])]}
+        if batch["evict"] or batch["prefill"] or batch["decode"]:
+            plan.append(batch)
+    return plan
+
+
+# --------------------------------------------------------------------- CP-SAT model
+
+def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
+                upper_ms: float | None = None):
+    from ortools.sat.python import cp_model
+
+    md = cp_model.CpModel()
+    n = data.n
+    offline = not (data.T > 0).any()
+    big_t = int((upper_ms or 1e7) * data.scale * 2) + 1
+    kv_cap = [int(data.I[i] + data.O[i] - 1) for i in range(n)]
+    S = [[None] * (N + 1) for _ in range(n)]
+    m = [[None] * (N + 1) for _ in range(n)]
+    c = [[None] * (N + 1) for _ in range(n)]
+    e = [[None] * (N + 1) for _ in range(n)]
+    dec = [[None] * (N + 1) for _ in range(n)]
+    pre = [[None] * (N + 1) for _ in range(n)]
+    done = [[None] * (N + 1) for _ in range(n)]
+    start = [md.NewIntVar(0, big_t, f"start{j}") for j in range(N + 1)]
+    end = [md.NewIntVar(0, big_t, f"end{j}") for j in range(N + 1)]
+    md.Add(end[0] == 0)
+    tokens_j, units_j, kvr_j, chunks_j, occ_j, ptok_j = ([[] for _ in range(N + 1)]
+                                                          for _ in range(6))
+    occ_i: list[list] = [[] for _ in range(n)]
+    freed_i: list[list] = [[] for _ in range(n)]
+    for i in range(n):
+        Ii, Oi = int(data.I[i]), int(data.O[i])
+        S[i][0] = md.NewConstant(Ii)
+        m[i][0] = md.NewConstant(0)
+        done[i][0] = md.NewConstant(0)
+        for j in range(1, N + 1):
+            S[i][j] = md.NewIntVar(Ii, Ii + Oi, f"S{i}_{j}")
+            m[i][j] = md.NewIntVar(0, kv_cap[i], f"m{i}_{j}")
+            c[i][j] = md.NewIntVar(0, min(data.C, kv_cap[i]), f"c{i}_{j}")
+            g = md.NewBoolVar(f"g{i}_{j}")
+            e[i][j] = md.NewBoolVar(f"e{i}_{j}")
+            done[i][j] = md.NewBoolVar(f"done{i}_{j}")
+            rem = md.NewIntVar(0, Ii + Oi, f"rem{i}_{j}")
+            md.Add(rem == S[i][j - 1] - m[i][j - 1])
+            # termination bookkeeping: done once S reaches I + O
+            md.Add(S[i][j] == Ii + Oi).OnlyEnforceIf(done[i][j])
+            md.Add(S[i][j] <= Ii + Oi - 1).OnlyEnforceIf(done[i][j].Not())
+            # (2) tokens to process; nothing once done, evicted, or not yet arrived
+            md.Add(c[i][j] <= rem)
+            md.Add(c[i][j] == 0).OnlyEnforceIf(e[i][j])
+            md.Add(c[i][j] == 0).OnlyEnforceIf(done[i][j - 1])
+            if data.T[i] > 0:
+                arrived = md.NewBoolVar(f"arr{i}_{j}")
+                t_i = math.ceil(data.T[i] * data.scale)
+                md.Add(start[j] >= t_i).OnlyEnforceIf(arrived)
+                md.Add(start[j] <= t_i - 1).OnlyEnforceIf(arrived.Not())
+                md.Add(c[i][j] == 0).OnlyEnforceIf(arrived.Not())
+            # (3) a token is generated exactly when everything available is processed
+            md.Add(c[i][j] == rem).OnlyEnforceIf(g)
+            md.Add(c[i][j] <= rem - 1).OnlyEnforceIf(g.Not())
+            md.Add(S[i][j] == S[i][j - 1] + g)                          # sequence length
+            # (1) memory: an eviction frees everything (and needs something to free)
+            occ = md.NewIntVar(0, kv_cap[i], f"occ{i}_{j}")
+            md.Add(occ == m[i][j - 1] + c[i][j]).OnlyEnforceIf(e[i][j].Not())
+            md.Add(occ == 0).OnlyEnforceIf(e[i][j])
+            md.Add(m[i][j - 1] >= 1).OnlyEnforceIf(e[i][j])
+            freed = md.NewIntVar(0, kv_cap[i], f"freed{i}_{j}")
+            md.Add(freed == m[i][j - 1]).OnlyEnforceIf(e[i][j])
+            md.Add(freed == 0).OnlyEnforceIf(e[i][j].Not())
+            occ_i[i].append(occ)
+            freed_i[i].append(freed)
+            md.Add(m[i][j] == occ).OnlyEnforceIf(done[i][j].Not())
+            md.Add(m[i][j] == 0).OnlyEnforceIf(done[i][j])
+            # phases: decode = one token, the last generated one, after the first token
+            pos = md.NewBoolVar(f"pos{i}_{j}")
+            md.Add(c[i][j] >= 1).OnlyEnforceIf(pos)
+            md.Add(c[i][j] == 0).OnlyEnforceIf(pos.Not())
+            one = md.NewBoolVar(f"one{i}_{j}")
+            md.Add(c[i][j] == 1).OnlyEnforceIf(one)
+            md.Add(c[i][j] != 1).OnlyEnforceIf(one.Not())
+            rem1 = md.NewBoolVar(f"rem1{i}_{j}")
+            md.Add(rem == 1).OnlyEnforceIf(rem1)
+            md.Add(rem != 1).OnlyEnforceIf(rem1.Not())
+            gen = md.NewBoolVar(f"gen{i}_{j}")
+            md.Add(S[i][j - 1] >= Ii + 1).OnlyEnforceIf(gen)
+            md.Add(S[i][j - 1] <= Ii).OnlyEnforceIf(gen.Not())
+            dec[i][j] = md.NewBoolVar(f"dec{i}_{j}")
+            md.AddBoolAnd([one, rem1, gen]).OnlyEnforceIf(dec[i][j])
+            md.AddBoolOr([one.Not(), rem1.Not(), gen.Not()]).OnlyEnforceIf(dec[i][j].Not())
+            pre[i][j] = md.NewBoolVar(f"pre{i}_{j}")
+            md.AddBoolAnd([pos, dec[i][j].Not()]).OnlyEnforceIf(pre[i][j])
+            md.AddBoolOr([pos.Not(), dec[i][j]]).OnlyEnforceIf(pre[i][j].Not())
+            # cost terms
+            kvr = md.NewIntVar(0, kv_cap[i], f"kvr{i}_{j}")
+            md.Add(kvr == m[i][j - 1]).OnlyEnforceIf(dec[i][j])
+            md.Add(kvr == 0).OnlyEnforceIf(dec[i][j].Not())
+            cmax = min(data.C, kv_cap[i])
+            units = md.NewIntVar(0, cmax * cmax + 2 * cmax * kv_cap[i], f"u{i}_{j}")
+            if offline:
+                # the chunks of one (re)fill pass of length L cost Σ(c² + 2mc) = L² in all;
+                # with every batch's time only summed, the pass's L² is charged to its last
+                # chunk (the one that generates): L = S_{j−1}, tabulated
+                last = md.NewBoolVar(f"last{i}_{j}")
+                md.AddBoolAnd([pre[i][j], g]).OnlyEnforceIf(last)
+                md.AddBoolOr([pre[i][j].Not(), g.Not()]).OnlyEnforceIf(last.Not())
+                sq_table = [(Ii + k) ** 2 for k in range(Oi + 1)]
+                sq = md.NewIntVar(min(sq_table), max(sq_table), f"sq{i}_{j}")
+                idx = md.NewIntVar(0, Oi, f"len{i}_{j}")
+                md.Add(idx == S[i][j - 1] - Ii)
+                md.AddElement(idx, sq_table, sq)
+                md.Add(units == sq).OnlyEnforceIf(last)
+                md.Add(units == 0).OnlyEnforceIf(last.Not())
+            else:
+                sq = md.NewIntVar(0, cmax * cmax, f"sq{i}_{j}")
+                md.AddMultiplicationEquality(sq, [c[i][j], c[i][j]])
+                mc = md.NewIntVar(0, cmax * kv_cap[i], f"mc{i}_{j}")
+                md.AddMultiplicationEquality(mc, [m[i][j - 1], c[i][j]])
+                md.Add(units == sq + 2 * mc).OnlyEnforceIf(pre[i][j])
+                md.Add(units == 0).OnlyEnforceIf(pre[i][j].Not())
+            ptok = md.NewIntVar(0, cmax, f"pt{i}_{j}")
+            md.Add(ptok == c[i][j]).OnlyEnforceIf(pre[i][j])
+            md.Add(ptok == 0).OnlyEnforceIf(pre[i][j].Not())
+            tokens_j[j].append(c[i][j])
+            units_j[j].append(units)
+            kvr_j[j].append(kvr)
+            chunks_j[j].append(pre[i][j])
+            occ_j[j].append(occ)
+            ptok_j[j].append(ptok)
+        md.Add(done[i][N] == 1)                                         # termination
+        # redundant, for the relaxation: every token is processed once plus what evictions
+        # freed; the request holds I + t − 1 KVs in the batch of its t-th token
+        md.Add(sum(c[i][j] for j in range(1, N + 1)) == Ii + Oi - 1 + sum(freed_i[i]))
+        md.Add(sum(occ_i[i]) >= Oi * Ii + Oi * (Oi - 1) // 2)
+    nonempty = []
+    for j in range(1, N + 1):
+        tok = sum(tokens_j[j])
+        ne = md.NewBoolVar(f"ne{j}")
+        md.Add(tok <= data.C * ne)                                      # (4)
+        md.Add(sum(occ_j[j]) <= data.M * ne)                            # (4), held only while busy
+        md.Add(sum(ptok_j[j]) <= data.P)                                # chunked prefill budget
+        md.Add(tok >= 1).OnlyEnforceIf(ne)
+        md.Add(tok == 0).OnlyEnforceIf(ne.Not())
+        nonempty.append(ne)
+        cost = (data.coef("bias_ms") * ne + data.coef("per_token_ms") * tok
+                + data.coef("decode_kv_ms") * sum(kvr_j[j])
+                + data.coef("prefill_attention_ms") * sum(units_j[j])
+                + data.coef("per_prefill_request_ms") * sum(chunks_j[j]))
+        if (data.T > 0).any():
+            idle = md.NewIntVar(0, big_t, f"idle{j}")
+            md.Add(start[j] == end[j - 1] + idle)
+        else:
+            md.Add(start[j] == end[j - 1])
+        md.Add(end[j] == start[j] + cost)
+    for j in range(len(nonempty) - 1):                # empty batches last
+        md.AddImplication(nonempty[j + 1], nonempty[j])
+    _identical_requests_finish_in_order(md, data, done, N)
+    md.Minimize(end[N])
+    if hint:
+        _hint(md, data, hint, N, {"S": S, "m": m, "c": c, "e": e})
+    return md, {"c": c, "e": e, "m": m, "dec": dec, "end": end, "start": start}
+
+
+def _identical_requests_finish_in_order(md, data: CSPData, done, N: int) -> None:
+    """Identical requests (same I, O, arrival) are interchangeable: number them in finishing
+    order."""
+    groups: dict[tuple, list[int]] = {}
+    for i in range(data.n):
+        groups.setdefault((int(data.I[i]), int(data.O[i]), float(data.T[i])), []).append(i)
+    for members in groups.values():
+        for a, b in itertools.pairwise(members):
+            for j in range(1, N + 1):
+                md.AddImplication(done[b][j], done[a][j])
+
+
+def _hint(md, data: CSPData, plan: list[dict[str, Any]], N: int, var: dict) -> None:
+    tr = trajectories(data, plan + [{"evict": [], "prefill": {}, "decode": []}] * (N - len(plan)))
+    for i in range(data.n):
+        for j in range(1, N + 1):
+            for name in ("S", "m", "c", "e"):
+                md.AddHint(var[name][i][j], int(tr[name][i, j]))
+
+
+# --------------------------------------------------------------------- solve
+
+def heuristic_schedules(instance: Instance) -> list[tuple[float, str, Any]]:
+    """(makespan, policy, schedule) of every deployable and hypothetical scheduler of the
+    replay engine that respects M, best first."""
+    from llmopt.replay import replay
+    from llmopt.replay.policies.infermax import SCHEDULERS
+
+    out = []
+    for name, cfg in SCHEDULERS.items():
+        if cfg.unlimited_memory:
+            continue
+        try:
+            sched = replay(instance, name)
+        except InstanceError:
+            continue  # e.g. a prompt too long for a policy without chunked prefill
+        out.append((sched.makespan_ms, name, sched))
+    if not out:
+        raise InstanceError("no heuristic schedule for this instance", file=instance.label(),
+                            field="requests")
+    return sorted(out, key=lambda x: x[0])
+
+
+def max_useful_batches(data: CSPData, upper_ms: float) -> int:
+    """N_max: a schedule cheaper than ``upper_ms`` has at most this many non-empty batches
+    (each costs the bias; the tokens every request must process cost at least per_token each,
+    and its decodes read at least I, I + 1, …, I + O − 2 KVs)."""
+    p = data.profile
+    tokens = float((data.I + data.O - 1).sum())
+    decode_reads = float(sum((int(o) - 1) * int(i) + (int(o) - 1) * (int(o) - 2) / 2
+                             for i, o in zip(data.I, data.O, strict=True)))
+    rest = upper_ms - p.per_token_ms * tokens - p.decode_kv_ms * decode_reads
+    return max(1, math.floor(rest / p.bias_ms + 1e-9)) if p.bias_ms > 0 else 10 ** 6
+
+
+def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
+          progress: Progress = SILENT, bins: int | None = None) -> Result:
+    """``bins`` sets N, the number of batches."""
+    from llmopt import __version__
+    from llmopt.backends import cpsat as cpsat_backend
+    from llmopt.backends import highs as highs_backend
+    from llmopt.replay.continuous import PlannedEngine
+
+    t0 = time.perf_counter()
+    data = CSPData.from_instance(instance)
+    progress.stage("heuristic schedules (the replay engine's schedulers)")
+    heur = heuristic_schedules(instance)
+    best_ms, best_name, best_sched = heur[0]
+    best_plan = batches_from_schedule(data.ids, best_sched)
+    progress.incumbent(best_ms, None, " ms")
+    n_max = max_useful_batches(data, best_ms)
+    if bins is not None and bins < 1:
+        raise OptionError("must be at least 1", field="--bins", value=bins)
+    N = bins or max(len(best_plan), min(n_max, 3 * len(best_plan)))
+    limit = time_limit_s if time_limit_s is not None else math.inf
+    remaining = max(limit - (time.perf_counter() - t0), 1.0)
+    backend = "highs" if solver == "highs" else "cpsat"
+    progress.stage(f"InferMax CSP, {backend}, N = {N} batches (N_max = {n_max})")
+    if backend == "cpsat":
+        md, var = build_cpsat(data, N, hint=best_plan if len(best_plan) <= N else None,
+                              upper_ms=best_ms)
+        out = cpsat_backend.solve_cpsat(
+            md, time_limit_s=remaining, progress=progress, scale=1 / data.scale, unit=" ms",
+            collect=lambda value: _plan_from_cpsat(data, var, N, value))
+        bound_ms = None if out.bound is None else out.bound / data.scale
+    else:
+        from llmopt.formulations import infermax_mip
+
+        m = infermax_mip.build(data, N)
+        out = highs_backend.solve_highs(
+            m, time_limit_s=remaining, progress=progress, unit=" ms",
+            warm_start=(infermax_mip.warm_start(m, data, best_plan, N)
+                        if len(best_plan) <= N else None),
+            collect=lambda value: infermax_mip.plan_from_model(m, data, N, value))
+        bound_ms = out.bound
+    plan = out.solution if out.solution is not None else best_plan
+    schedule = PlannedEngine(instance, plan, name="infermax-csp").run()
+    if schedule.makespan_ms > best_ms + 1e-6:  # never worse than the incumbent
+        plan, schedule = best_plan, PlannedEngine(instance, best_plan, "infermax-csp").run()
+    objective = schedule.makespan_ms
+    notes = [f"N = {N} batches; N_max = {n_max}", f"best heuristic: {best_name}"]
+    if not data.exact:
+        notes.append("cost coefficients rounded to 1e-12 ms in the model")
+    proved = (out.ending == "optimal" or (bound_ms is not None
+                                          and bound_ms >= objective * (1 - 1e-9)))
+    status, proof, bound = "feasible", None, None
+    if proved and n_max <= N and data.exact:
+        status, bound = "optimal", objective
+        proof = f"{backend} proved the CSP optimal with N = {N} ≥ N_max = {n_max} batches"
+    elif bound_ms is not None and n_max <= N and data.exact:
+        bound = min(bound_ms, objective)
+    elif proved:
+        notes.append(f"{backend} proved this optimal among schedules of at most {N} batches "
+                     f"(N_max = {n_max}); run with --bins {n_max} for a full proof")
+    metrics = schedule.metrics()
+    data_out = {
+        "mode": "continuous", "clients": instance.total_clients, "batches": N,
+        "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},
+        "plan": plan, "segments": schedule.segments_records(),
+        "iterations": schedule.iterations_columns(),
+    }
+    version = (cpsat_backend.version() if backend == "cpsat" else highs_backend.version())
+    return Result(problem="infermax-csp", solver=solver, status=status,
+                  objective=round(objective, 6), bound=None if bound is None else
+                  round(bound, 6), runtime_s=time.perf_counter() - t0,
+                  time_limit_s=time_limit_s, solver_version=f"llmopt {__version__} + {version}",
+                  data=data_out, proof=proof, interrupted=out.interrupted,
+                  notes=[*notes, out.message] if out.message else notes)
+
+
+def _plan_from_cpsat(data: CSPData, var: dict, N: int, value) -> list[dict[str, Any]]:
+    c = np.array([[value(var["c"][i][j]) for j in range(1, N + 1)] for i in range(data.n)])
+    e = np.array([[value(var["e"][i][j]) for j in range(1, N + 1)] for i in range(data.n)])
+    dec = np.array([[value(var["dec"][i][j]) for j in range(1, N + 1)] for i in range(data.n)])
+    return plan_from_values(data, c, e, dec.astype(bool))
