@@ -90,23 +90,45 @@ def save(ax: Axes, path: Path, dpi: int = 120) -> Path:
 
 
 PHASE_COLORS = {"prefill": "#f28e2b", "decode": "#4e79a7", "refill": "#b07aa1"}
+EVICT_COLOR = "#e15759"
+
+
+def time_unit(max_ms: float) -> tuple[str, float]:
+    """Milliseconds for schedules shorter than two seconds, else seconds."""
+    return ("ms", 1.0) if max_ms < 2000 else ("s", 1000.0)
 
 
 def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
-               title: str | None = None, raster_above: int = 20_000) -> Axes:
+               title: str | None = None, raster_above: int = 20_000,
+               by_request: bool = False, unit: tuple[str, float] | None = None,
+               request_order: list[str] | None = None) -> Axes:
     """Gantt chart in the style of Pang et al. 2025, Figs 6–9: one row per client (rows of
-    model instance e start at e × J), time in seconds, prefill and decode coloured.
+    model instance e start at e × J), prefill, refill and decode coloured. With ``by_request``,
+    one row per request instead, evictions marked (the style of Kim et al. 2025, Fig. 15).
 
     Up to ``raster_above`` segments are drawn as rectangles; beyond, the chart is rasterised at
     the figure's pixel resolution (a segment shorter than a pixel may vanish either way)."""
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    rows = int(segments["instance"].max() + 1) * clients_per_instance if len(segments) else 1
+    evicts = segments[segments["phase"] == "evict"]
+    segments = segments[segments["phase"] != "evict"]
+    if by_request:
+        present = set(segments["request"])
+        names = [r for r in (request_order or []) if r in present] or list(dict.fromkeys(
+            segments["request"]))
+        order = {r: k for k, r in enumerate(names)}
+        rows = max(len(order), 1)
+        y = segments["request"].map(order).to_numpy(dtype=np.int64)
+    else:
+        rows = int(segments["instance"].max() + 1) * clients_per_instance if len(segments) else 1
+        y = (segments["instance"].to_numpy() * clients_per_instance
+             + segments["client"].to_numpy()).astype(np.int64)
     ax = _axes(ax, rows)
-    y = (segments["instance"].to_numpy() * clients_per_instance
-         + segments["client"].to_numpy()).astype(np.int64)
-    x0 = segments["start_ms"].to_numpy(dtype=float) / 1000.0
-    x1 = segments["end_ms"].to_numpy(dtype=float) / 1000.0
+    end_ms = float(segments["end_ms"].max()) if len(segments) else 1.0
+    label, div = unit or time_unit(end_ms)
+    x0 = segments["start_ms"].to_numpy(dtype=float) / div
+    x1 = segments["end_ms"].to_numpy(dtype=float) / div
     xmax = max(float(x1.max()) if len(x1) else 1.0, 1e-3) * 1.01
     phases = list(PHASE_COLORS)
     code = np.array([phases.index(p) + 1 if p in PHASE_COLORS else len(phases) + 1
@@ -115,13 +137,24 @@ def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
         _draw_rectangles(ax, x0, x1, y, code, rows)
     else:
         _draw_raster(ax, x0, x1, y, code, rows, xmax)
+    handles = [Patch(color=PHASE_COLORS[p], label=p) for p in PHASE_COLORS
+               if p in set(segments["phase"])]
+    if by_request and len(evicts):
+        ey = evicts["request"].map(order).to_numpy(dtype=float)
+        ax.scatter(evicts["start_ms"].to_numpy(dtype=float) / div, ey, marker="X", s=60,
+                   color=EVICT_COLOR, zorder=3, linewidths=0.5, edgecolors="white")
+        handles.append(Line2D([], [], marker="X", ls="", color=EVICT_COLOR, label="evicted"))
     ax.set_xlim(0, xmax)
     ax.set_ylim(rows - 0.5, -0.5)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("client")
-    present = [p for p in PHASE_COLORS if p in set(segments["phase"])]
-    ax.legend(handles=[Patch(color=PHASE_COLORS[p], label=p) for p in present],
-              loc="upper right", fontsize=8, framealpha=0.9)
+    ax.set_xlabel(f"time ({label})")
+    if by_request:
+        ax.set_yticks(range(rows), list(order) if rows <= 40 else None)
+        if rows > 40:
+            ax.set_yticks([])
+        ax.set_ylabel("request")
+    else:
+        ax.set_ylabel("client")
+    ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -158,43 +191,58 @@ def _draw_raster(ax: Axes, x0, x1, y, code, rows: int, xmax: float) -> None:
               extent=(0, width / scale, rows - 0.5, -0.5))
 
 
-def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None) -> Axes:
-    """KV cache in use (tokens) over time, per model instance, with the capacity."""
+def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None,
+            unit: tuple[str, float] | None = None) -> Axes:
+    """KV cache in use (tokens) over time, per model instance, with the capacity; each
+    iteration's KV count (after it) is drawn over the iteration."""
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 2.5), layout="constrained")
+    label, div = unit or time_unit(float(iterations["end_ms"].max()))
     for inst, part in iterations.groupby("instance"):
-        t = np.concatenate([[0.0], part["end_ms"].to_numpy(dtype=float)]) / 1000.0
-        kv = np.concatenate([[0], part["kv_tokens"].to_numpy()])
+        t = np.concatenate([part["start_ms"].to_numpy(dtype=float),
+                            part["end_ms"].to_numpy(dtype=float)[-1:]]) / div
+        kv = np.concatenate([part["kv_tokens"].to_numpy(), [0]])
         ax.step(t, kv, where="post", lw=0.8, label=f"instance {inst}")
     if capacity:
         ax.axhline(capacity, color="crimson", lw=1, ls="--", label="capacity")
-    ax.set_xlabel("time (s)")
+    ax.set_xlabel(f"time ({label})")
     ax.set_ylabel("KV tokens")
     ax.legend(loc="upper right", fontsize=7, ncol=4)
     return ax
 
 
 def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str = "",
-                 metrics: dict[str, Any] | None = None):
-    """Gantt chart with the KV-memory panel beneath (shared time axis)."""
+                 metrics: dict[str, Any] | None = None, continuous: bool | None = None):
+    """Gantt chart with the KV-memory panel beneath (shared time axis). Continuous-batching
+    schedules of up to 64 requests get one row per request with evictions marked."""
     from llmopt.validate_schedule import kv_capacity
 
-    rows = instance.total_clients
-    height = min(max(3.0, 0.045 * rows + 1.5), 13.0)
+    if continuous is None:
+        continuous = bool((segments["phase"].isin(["evict", "refill"])).any()) or \
+            getattr(instance.profile, "family", "") == "infermax"
+    by_request = continuous and instance.num_requests <= 64
+    rows = instance.num_requests if by_request else instance.total_clients
+    height = min(max(3.0, (0.3 if by_request else 0.045) * rows + 1.5), 13.0)
     with_kv = iterations is not None and len(iterations)
     _, axes = plt.subplots(2 if with_kv else 1, 1, sharex=True, layout="constrained",
                              figsize=(11, height + (2.3 if with_kv else 0)),
                              gridspec_kw={"height_ratios": [height, 2.3]} if with_kv else None)
     ax = axes[0] if with_kv else axes
     metrics = metrics or {}
+    unit = time_unit(float(segments["end_ms"].max()) if len(segments) else 1.0)
     title = f"{instance.name}: {policy}"
-    if metrics:
+    if metrics and continuous:
+        span = metrics["makespan_ms"]
+        title += (f" — total latency {span / unit[1]:.4g} {unit[0]}, "
+                  f"{metrics.get('evictions', 0)} evictions")
+    elif metrics:
         title += (f" — utilization rate {metrics['utilization']:.2%}, total inference time "
                   f"{metrics['makespan_ms'] / 1000:.2f} s")
-    plot_gantt(segments, instance.system.clients, ax=ax, title=title)
+    plot_gantt(segments, instance.system.clients, ax=ax, title=title, by_request=by_request,
+               unit=unit, request_order=list(instance.ids))
     if with_kv:
         ax.set_xlabel("")
-        plot_kv(iterations, kv_capacity(instance), ax=axes[1])
+        plot_kv(iterations, kv_capacity(instance), ax=axes[1], unit=unit)
     return ax
 
 

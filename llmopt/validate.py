@@ -148,6 +148,22 @@ def _check_pd_competition(instance: Instance, sol: dict[str, Any]) -> list[str]:
     return reasons
 
 
+def _check_infermax_csp(instance: Instance, sol: dict[str, Any]) -> list[str]:
+    """An InferMax CSP solution is a continuous-batching schedule under the InferMax cost
+    model; it must respect M and C and its timing must follow the profile."""
+    from llmopt.validate_schedule import check_replay, check_timing
+
+    if sol.get("status") not in ("optimal", "feasible"):
+        return _check_objective_and_bound(sol, None)
+    if sol.get("mode") != "continuous":
+        return [f"mode {sol.get('mode')!r} must be 'continuous'"]
+    reasons = check_replay(instance, sol)
+    if _well_formed(reasons):
+        reasons += check_timing(instance, _frame(sol), sol.get("iterations"), "infermax")
+        reasons += _check_objective_and_bound(sol, float(sol["objective"]))
+    return reasons
+
+
 def _well_formed(reasons: list[str]) -> bool:
     """Whether the segments are readable enough to check their timing."""
     return not any(r.startswith(("segments are", "segment field", "unknown")) for r in reasons)
@@ -164,4 +180,5 @@ _CHECKERS: dict[str, Callable[[Instance, dict[str, Any]], list[str]]] = {
     "binpacking": _check_binpacking,
     "replay": _check_replay,
     "pd-competition": _check_pd_competition,
+    "infermax-csp": _check_infermax_csp,
 }

@@ -312,7 +312,10 @@ class ContinuousEngine:
             else:
                 self._decodes_with_evictions(decs, needy, b)
         if len(pres) and (self.cfg.hybrid or b.phase != "decode"):
+            alive = set(self.running)  # the decodes may have evicted some
             for i in sorted(pres.tolist(), key=lambda i: (self.key[i], self.arr[i], i)):
+                if i not in alive:
+                    continue
                 c = self._chunk(i, b)
                 if c:
                     b.add_chunk(i, c)

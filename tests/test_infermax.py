@@ -1,0 +1,166 @@
+"""InferMax (Kim et al. 2025): cost model, continuous-batching replay, Table 1 schedulers, the
+CSP on both back ends against brute force and against every heuristic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from infermax_bruteforce import optimum
+
+from llmopt.formulations import infermax_csp
+from llmopt.instance import instance_from_mapping, load_instance
+from llmopt.replay import replay, replay_result
+from llmopt.replay.policies.infermax import SCHEDULERS
+from llmopt.validate import validate_solution
+
+TOY = Path(__file__).resolve().parent.parent / "instances" / "toy"
+PROFILE = "infermax-llama2-7b-a100"
+
+
+def make(requests, M, C=4096, P=None, clients=None, name="t"):
+    system = {"clients": clients or len(requests), "kv_capacity": M, "max_batch_tokens": C}
+    if P:
+        system["max_prefill_tokens"] = P
+    return instance_from_mapping({
+        "name": name, "model": PROFILE, "system": system,
+        "requests": [{"id": f"r{k}", "input_tokens": i, "output_tokens": o, "arrival_ms": t}
+                     for k, (i, o, t) in enumerate(requests)]})
+
+
+def prefill_ms(p, c, m=0):
+    return (p.bias_ms + p.per_token_ms * c + p.prefill_attention_ms * (c * c + 2 * m * c)
+            + p.per_prefill_request_ms)
+
+
+def decode_ms(p, kvs):
+    return p.bias_ms + p.per_token_ms * len(kvs) + p.decode_kv_ms * sum(kvs)
+
+
+def test_single_request_costs_one_prefill_and_o_minus_1_decodes():
+    inst = make([(3, 3, 0.0)], M=100)
+    p = inst.profile
+    sched = replay(inst, "vllm")
+    # prefill of 3 tokens generates token 1; decodes read 3, then 4 KVs for tokens 2 and 3
+    expected = prefill_ms(p, 3) + decode_ms(p, [3]) + decode_ms(p, [4])
+    assert sched.makespan_ms == pytest.approx(expected)
+    assert validate_solution(inst, replay_result(inst, "vllm")[0].to_dict(inst)) == []
+
+
+def test_vllm_evicts_the_newest_request_and_refills_it():
+    # two requests (I = 2, O = 3) with room for 5 KVs: both prefill together (4 KVs); their
+    # decodes would need 6, so vLLM evicts the newest (r1); r0 decodes twice and finishes;
+    # r1 then refills its 3 tokens and decodes once
+    inst = make([(2, 3, 0.0), (2, 3, 0.0)], M=5)
+    p = inst.profile
+    sched = replay(inst, "vllm")
+    expected = (p.bias_ms + p.per_token_ms * 4 + p.prefill_attention_ms * 8
+                + 2 * p.per_prefill_request_ms
+                + decode_ms(p, [2]) + decode_ms(p, [3])
+                + prefill_ms(p, 3) + decode_ms(p, [3]))
+    assert sched.makespan_ms == pytest.approx(expected)
+    phases = sched.segments.groupby("request")["phase"].apply(list).to_dict()
+    assert "evict" in phases["r1"] and "evict" not in phases["r0"]
+    assert sched.metrics()["evictions"] == 1
+    ef = replay(inst, "vllm-ef")
+    assert ef.metrics()["evictions"] == 0
+
+
+def test_every_scheduler_respects_memory_and_validates():
+    inst = load_instance(TOY / "infermax-azure-sample.yaml")
+    for name, cfg in SCHEDULERS.items():
+        result, sched = replay_result(inst, name)
+        reasons = validate_solution(inst, result.to_dict(inst))
+        if cfg.unlimited_memory:
+            assert any("KV" in r for r in reasons), (name, reasons)
+            continue
+        assert reasons == [], (name, reasons[:3])
+        m = sched.metrics()
+        assert m["kv_tokens_max"] <= inst.system.kv_capacity
+        if cfg.eviction_free:
+            assert m["evictions"] == 0, name
+
+
+def test_memory_binds_on_the_sample_and_section_6_ordering_holds():
+    inst = load_instance(TOY / "infermax-azure-sample.yaml")
+    span = {name: replay(inst, name).makespan_ms for name in ("vllm", "evict-short",
+                                                               "vllm-unlimited")}
+    assert replay(inst, "vllm").metrics()["evictions"] > 0
+    assert span["vllm-unlimited"] < span["evict-short"] < span["vllm"]
+
+
+TINY_OFFLINE = [
+    ([(2, 1), (2, 2)], 5, 3),
+    ([(3, 3), (1, 2), (2, 3)], 5, 3),
+    ([(2, 1), (2, 3), (4, 1)], 5, 4),
+    ([(1, 3), (2, 2), (3, 2)], 6, 16),
+]
+
+
+@pytest.mark.parametrize("case", TINY_OFFLINE, ids=str)
+def test_csp_matches_brute_force_on_both_back_ends(case):
+    requests, M, C = case
+    inst = make([(i, o, 0.0) for i, o in requests], M=M, C=C)
+    truth = optimum(inst.profile, requests, M, C, C)
+    heuristics = infermax_csp.heuristic_schedules(inst)
+    for solver in ("cpsat", "highs"):
+        result = infermax_csp.solve(inst, solver, 60)
+        assert result.status == "optimal", (solver, result.notes)
+        assert result.objective == pytest.approx(truth, abs=1e-6), solver  # 6 decimals
+        assert validate_solution(inst, result.to_dict(inst)) == []
+    assert all(result.objective <= ms + 1e-6 for ms, _, _ in heuristics)
+
+
+def test_csp_with_arrivals_agrees_across_back_ends():
+    inst = make([(2, 3, 0.0), (5, 2, 4.0), (3, 2, 9.0)], M=9, C=6)
+    found = {s: infermax_csp.solve(inst, s, 60) for s in ("cpsat", "highs")}
+    assert found["cpsat"].objective == pytest.approx(found["highs"].objective, abs=1e-6)
+    for result in found.values():
+        assert result.status == "optimal"
+        assert validate_solution(inst, result.to_dict(inst)) == []
+    starts = {row.request: row.start_ms for row in
+              replay_result(inst, "vllm")[1].segments.itertuples() if row.phase == "prefill"}
+    assert starts["r1"] >= 4.0 and starts["r2"] >= 9.0
+
+
+def test_csp_beats_every_heuristic_on_the_toy_instance(cli, tmp_path):
+    inst = TOY / "infermax-tiny.yaml"
+    result = cli("solve", inst, "--problem", "infermax-csp", "--solver", "cpsat",
+                 "--out", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    path = tmp_path / "infermax-tiny" / "infermax-csp-cpsat.json"
+    sol = json.loads(path.read_text())
+    assert sol["status"] == "optimal"
+    assert all(sol["objective"] < ms for ms in sol["heuristics"].values())
+    checked = cli("validate", inst, path)
+    assert checked.exit_code == 0, checked.stdout + checked.stderr
+    png = tmp_path / "gantt.png"
+    drawn = cli("gantt", inst, path, "--out", png)
+    assert drawn.exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_validator_rejects_a_csp_schedule_that_overflows_memory():
+    inst = make([(2, 1, 0.0), (2, 2, 0.0)], M=5, C=3)
+    sol = infermax_csp.solve(inst, "cpsat", 30).to_dict(inst)
+    tighter = make([(2, 1, 0.0), (2, 2, 0.0)], M=3, C=3)
+    reasons = validate_solution(tighter, sol)
+    assert reasons, "a schedule for M = 5 cannot fit M = 3"
+
+
+def test_fit_profile_builds_a_usable_profile(cli, tmp_path):
+    csv = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiling" / \
+        "vidur_a100_llama2-7b_mlp.csv"
+    if not csv.exists():
+        pytest.skip("../shared/data is not beside the repository")
+    out = tmp_path / "p.yaml"
+    result = cli("fit-profile", csv, "--name", "mine", "--layers", "32", "--q-heads", "32",
+                 "--kv-heads", "32", "--kv-capacity", "100000", "--max-batch-tokens", "4096",
+                 "--out", out)
+    assert result.exit_code == 0, result.stderr
+    from llmopt.profiles import load_profile
+
+    fitted = load_profile(str(out))
+    shipped = load_profile(PROFILE)
+    assert fitted.per_token_ms == pytest.approx(shipped.per_token_ms, rel=1e-6)
+    assert fitted.bias_ms > 0 and fitted.decode_kv_ms > 0 and fitted.prefill_attention_ms > 0
