@@ -78,7 +78,8 @@ def solve(
     time_limit: TimeLimitOpt = None,
     formulation: Annotated[str | None, typer.Option(
         help="pd-competition: original (eqs 1–25) | compact")] = None,
-    bins: Annotated[int | None, typer.Option(help="pd-competition: number of bins K.")] = None,
+    bins: Annotated[int | None, typer.Option(
+        help="pd-competition: number of bins K; infermax-csp: number of batches N.")] = None,
     time_model: Annotated[str | None, typer.Option(
         help="pd-competition: stage (the MIP's) | replay (batch-dependent rounds)")] = None,
     literal: Annotated[bool, typer.Option(

@@ -15,6 +15,7 @@ on them, which makes the linearisation exact.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -176,7 +177,7 @@ def _identical_requests_finish_in_order(m, data: CSPData, N: int, done) -> None:
     for i in range(data.n):
         groups.setdefault((int(data.I[i]), int(data.O[i]), float(data.T[i])), []).append(i)
     for members in groups.values():
-        for a, b in zip(members, members[1:], strict=False):
+        for a, b in itertools.pairwise(members):
             for j in range(1, N + 1):
                 m.cons.add(done(b, j) <= done(a, j))
 

@@ -18,11 +18,18 @@ _ITER_PHASES = ("prefill", "decode", "mixed")
 
 def _expand(values: list, lengths: np.ndarray, dtype) -> np.ndarray:
     """Concatenate per-chunk values, each a scalar (repeated) or an array of its length."""
-    if all(np.ndim(v) == 0 for v in values):
+    scalar = np.fromiter((not isinstance(v, np.ndarray) or v.ndim == 0 for v in values),
+                         dtype=bool, count=len(values))
+    if scalar.all():
         return np.repeat(np.asarray(values, dtype=dtype), lengths)
-    return np.concatenate([np.full(k, v, dtype=dtype) if np.ndim(v) == 0
-                           else np.asarray(v, dtype=dtype) for v, k in zip(values, lengths,
-                                                                         strict=True)])
+    out = np.empty(int(lengths.sum()), dtype=dtype)
+    flat = np.flatnonzero(scalar)
+    out_scalar = np.repeat(np.asarray([values[k] for k in flat], dtype=dtype), lengths[flat])
+    out[np.repeat(scalar, lengths)] = out_scalar
+    arrays = [values[k] for k in np.flatnonzero(~scalar)]
+    if arrays:
+        out[~np.repeat(scalar, lengths)] = np.concatenate(arrays).astype(dtype, copy=False)
+    return out
 
 
 class Recorder:
