@@ -44,7 +44,8 @@ def main() -> None:
     res = infermax_csp.solve(inst, "cpsat", args.time_limit, workers=args.workers)
     took = time.perf_counter() - t0
     best = min(res.data["heuristics"].items(), key=lambda kv: kv[1])
-    gap = ("—" if res.bound is None else f"{100 * (res.objective - res.bound) / res.objective:.2f}%")
+    gap = ("—" if res.bound is None
+           else f"{100 * (res.objective - res.bound) / res.objective:.2f}%")
     lines = [
         f"- Instance: 16 requests, inputs {int(inst.input_tokens.min())}–"
         f"{int(inst.input_tokens.max())}, outputs {int(inst.output_tokens.min())}–"
