@@ -13,26 +13,16 @@ import statistics
 import time
 
 import numpy as np
-from _common import command_line, header, update_section
+from _common import command_line, gsm8k_like, header, update_section
 
 from llmopt.formulations import binpacking as bpk
-from llmopt.instance import instance_from_mapping
 from llmopt.solve import solve
 
 SIZES = [(1319, 200, "GSM8K-like"), (10_000, 200, "GSM8K-like lengths"), (100, 20, "paper's toy")]
 
 
 def make(n: int, clients: int, seed: int):
-    return instance_from_mapping({
-        "name": f"bench-{n}x{clients}-s{seed}",
-        "model": "pang-llama65b-ascend8",
-        "system": {"clients": clients},
-        "requests": {"generate": {
-            "count": n, "seed": seed,
-            "input": {"dist": "normal", "mean": 68.43, "std": 25.04, "min": 1},
-            "output": {"dist": "normal", "mean": 344.83, "std": 187.99, "min": 1, "max": 512},
-        }},
-    })
+    return gsm8k_like(n, clients, seed, name=f"bench-{n}x{clients}-s{seed}")
 
 
 def main() -> None:

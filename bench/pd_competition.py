@@ -15,22 +15,16 @@ import argparse
 import statistics
 import time
 
+import _common
 from _common import ROOT, command_line, header, update_section
 
-from llmopt.instance import instance_from_mapping, load_instance
+from llmopt.instance import load_instance
 from llmopt.solve import solve
 
 
 def gsm8k_like(n: int, clients: int, seed: int):
-    return instance_from_mapping({
-        "name": f"gsm8k-{n}x{clients}-s{seed}", "model": "pang-llama65b-ascend8",
-        "system": {"clients": clients, "max_prefill_tokens": 4096},
-        "requests": {"generate": {
-            "count": n, "seed": seed,
-            "input": {"dist": "normal", "mean": 68.43, "std": 25.04, "min": 1},
-            "output": {"dist": "normal", "mean": 344.83, "std": 187.99, "min": 1, "max": 512},
-        }},
-    })
+    return _common.gsm8k_like(n, clients, seed, name=f"gsm8k-{n}x{clients}-s{seed}",
+                              max_prefill_tokens=4096)
 
 
 def main() -> None:

@@ -103,6 +103,14 @@ class CSPData:
     def coef(self, name: str) -> int:
         return round(getattr(self.profile, name) * self.scale)
 
+    def interchangeable_pairs(self) -> list[tuple[int, int]]:
+        """Consecutive requests (a, b) with the same I, O and arrival: either model may number
+        such requests in finishing order (b done ⇒ a done), a symmetry break."""
+        groups: dict[tuple, list[int]] = {}
+        for i in range(self.n):
+            groups.setdefault((int(self.I[i]), int(self.O[i]), float(self.T[i])), []).append(i)
+        return [pair for members in groups.values() for pair in itertools.pairwise(members)]
+
 
 # --------------------------------------------------------------------- plans and trajectories
 
@@ -325,23 +333,13 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
         md.Add(end[j] == start[j] + cost)
     for j in range(len(nonempty) - 1):                # empty batches last
         md.AddImplication(nonempty[j + 1], nonempty[j])
-    _identical_requests_finish_in_order(md, data, done, N)
+    for a, b in data.interchangeable_pairs():
+        for j in range(1, N + 1):
+            md.AddImplication(done[b][j], done[a][j])
     md.Minimize(end[N])
     if hint:
         _hint(md, data, hint, N, {"S": S, "m": m, "c": c, "e": e})
     return md, {"c": c, "e": e, "m": m, "dec": dec, "end": end, "start": start}
-
-
-def _identical_requests_finish_in_order(md, data: CSPData, done, N: int) -> None:
-    """Identical requests (same I, O, arrival) are interchangeable: number them in finishing
-    order."""
-    groups: dict[tuple, list[int]] = {}
-    for i in range(data.n):
-        groups.setdefault((int(data.I[i]), int(data.O[i]), float(data.T[i])), []).append(i)
-    for members in groups.values():
-        for a, b in itertools.pairwise(members):
-            for j in range(1, N + 1):
-                md.AddImplication(done[b][j], done[a][j])
 
 
 def _hint(md, data: CSPData, plan: list[dict[str, Any]], N: int, var: dict) -> None:

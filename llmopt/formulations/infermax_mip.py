@@ -15,7 +15,6 @@ on them, which makes the linearisation exact.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -142,9 +141,10 @@ def build(data: CSPData, N: int) -> pyo.ConcreteModel:
         for i in R:
             if data.T[i] > 0:                   # no tokens in a batch before the arrival
                 add(m.start[j] >= float(data.T[i]) * m.pos[i, j])
-    _identical_requests_finish_in_order(m, data, N, done)
+    for a, b in data.interchangeable_pairs():                        # symmetry
+        for j in J:
+            add(done(b, j) <= done(a, j))
     m.obj = pyo.Objective(expr=m.end[N], sense=pyo.minimize)
-    m.n_batches = N
     return m
 
 
@@ -170,16 +170,6 @@ def _chunk_units(m: pyo.ConcreteModel, i: int, j: int, cmax: int, K: int):
         m.cons.add(w >= m.mem[i, j - 1] - K * (1 - x[b]))
         cross.append(2 ** b * w)
     return sum(square) + 2 * sum(cross)
-
-
-def _identical_requests_finish_in_order(m, data: CSPData, N: int, done) -> None:
-    groups: dict[tuple, list[int]] = {}
-    for i in range(data.n):
-        groups.setdefault((int(data.I[i]), int(data.O[i]), float(data.T[i])), []).append(i)
-    for members in groups.values():
-        for a, b in itertools.pairwise(members):
-            for j in range(1, N + 1):
-                m.cons.add(done(b, j) <= done(a, j))
 
 
 def warm_start(m: pyo.ConcreteModel, data: CSPData, plan: list[dict[str, Any]],
