@@ -5,7 +5,16 @@ __version__ = "0.1.0"
 from llmopt.errors import LlmoptError
 from llmopt.instance import Instance, Request, System, load_instance
 from llmopt.result import Result, read_solution
-from llmopt.solve import solve
+
+
+def __getattr__(name: str):
+    # the solvers (Pyomo, OR-Tools, HiGHS) load on first use, not with every replay
+    if name == "solve":
+        from llmopt.solve import solve
+
+        return solve
+    raise AttributeError(f"module 'llmopt' has no attribute {name!r}")
+
 
 __all__ = [
     "Instance",

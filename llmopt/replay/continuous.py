@@ -11,9 +11,12 @@ Batch time: the profile's InferMax cost model (``InferMaxProfile.batch_ms``). Th
 of ``llmopt.replay.policies.infermax.SCHEDULERS`` (Algorithm 1 and Table 1).
 
 At most J requests run at once (``system.clients``, vLLM's max_num_seqs); a running request holds
-one of J slots (the schedule's ``client``) until it finishes or is evicted. Runs of identical
-decode-only batches (all running requests decode, nothing can be admitted, no eviction) are
-advanced in one step up to the next completion, arrival that could be admitted, or KV shortage.
+one of J slots (the schedule's ``client``) until it finishes or is evicted.
+
+Every iteration is simulated. The running requests in the decode phase that decode in every batch
+form a :class:`~llmopt.replay.decode_stream.DecodeStream`, advanced in O(1) per iteration, so
+that a batch costs Python work in proportion to its prefill chunks, admissions, completions and
+evictions, not to the number of running requests.
 """
 
 from __future__ import annotations
@@ -28,44 +31,50 @@ import pandas as pd
 from llmopt.errors import InstanceError
 from llmopt.instance import Instance
 from llmopt.profiles import InferMaxProfile
+from llmopt.replay.decode_stream import DecodeStream
 from llmopt.replay.policies.infermax import SchedulerConfig
 from llmopt.replay.recorder import Recorder
 from llmopt.schedule import Schedule
 
 PENDING, WAITING, RUNNING, DONE = 0, 1, 2, 3
+RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
 
 
 class _Batch:
-    """A batch being formed: members, chunk sizes, KV and token budgets, phase so far."""
+    """A batch being formed: prefill/refill chunks, decodes (every request in the decode phase,
+    or an explicit list), KV and token budgets, phase so far."""
 
     def __init__(self, free: float, tokens: int, prefill: int) -> None:
         self.free, self.tokens, self.prefill = free, tokens, prefill
         self.pre: list[int] = []
         self.chunks: list[int] = []
-        self.dec: list[np.ndarray] = []
+        self.dec: list[int] = []
+        self.all_decodes = False
         self.n_dec = 0
+        self.members: set[int] = set()
         self.phase: str | None = None
-
-    def members(self) -> set[int]:
-        out = set(self.pre)
-        for part in self.dec:
-            out.update(part.tolist())
-        return out
-
-    def decodes(self) -> np.ndarray:
-        return np.concatenate(self.dec) if self.dec else np.zeros(0, dtype=np.int64)
 
     def add_chunk(self, i: int, c: int) -> None:
         self.pre.append(i)
         self.chunks.append(c)
+        self.members.add(i)
         self.tokens -= c
         self.prefill -= c
         self.phase = self.phase or "prefill"
 
-    def add_decodes(self, idx: np.ndarray) -> None:
-        self.dec.append(idx)
-        self.n_dec += len(idx)
-        self.tokens -= len(idx)
+    def add_decodes(self, idx: list[int]) -> None:
+        self.dec.extend(idx)
+        self.members.update(idx)
+        self._count_decodes(len(idx))
+
+    def add_all_decodes(self, n: int) -> None:
+        """Every running request in the decode phase (``n`` of them) decodes."""
+        self.all_decodes = True
+        self._count_decodes(n)
+
+    def _count_decodes(self, n: int) -> None:
+        self.n_dec += n
+        self.tokens -= n
         self.phase = self.phase or "decode"
 
 
@@ -100,30 +109,32 @@ class ContinuousEngine:
         self._check_fits()
 
         n = self.n
-        self.S = self.I.copy()
-        self.m = np.zeros(n, dtype=np.int64)
-        self.gen = np.zeros(n, dtype=np.int64)
-        self.status = np.full(n, PENDING, dtype=np.int8)
-        self.reserve_to = np.zeros(n, dtype=np.int64)
-        self.evictions = np.zeros(n, dtype=np.int64)
-        self.slot = np.full(n, -1, dtype=np.int64)
-        self.last_slot = np.full(n, -1, dtype=np.int64)
-        self.first_ms = np.full(n, np.nan)
-        self.finish_ms = np.full(n, np.nan)
-        self.seg_start = np.full(n, np.nan)
-        self.seg_tokens = np.zeros(n, dtype=np.int64)
-        self.seg_last = np.full(n, -2, dtype=np.int64)
-        self.seg_end_t = np.full(n, np.nan)
+        # per-request state as Python lists (scalar access in the batch loop)
+        self._I, self._O, self._arr = self.I.tolist(), self.O.tolist(), self.arr.tolist()
+        self.S = list(self._I)
+        self.m = [0] * n
+        self.gen = [0] * n
+        self.status = [PENDING] * n
+        self.reserve_to = [0] * n
+        self.evictions = [0] * n
+        self.slot = [-1] * n
+        self.last_slot = [-1] * n
+        self.first_ms = [math.nan] * n
+        self.finish_ms = [math.nan] * n
+        self.key = self._priority_keys().tolist()
+        self.stream = DecodeStream(self.m, self.S, self.gen, self.reserve_to, self._O)
+        self.idle: set[int] = set()        # decode phase, outside the stream
+        self.prefilling: set[int] = set()  # running, before or in a prefill/refill
         self.evicted_now = 0
         self.just_evicted: set[int] = set()
-        self.key = self._priority_keys()
         self.free_slots = list(range(self.J))
         heapq.heapify(self.free_slots)
-        self.waiting: list[tuple] = []
-        self.running: list[int] = []
+        self.waiting: list[tuple] = []  # (key, arrival, request), sorted: highest priority first
+        self.n_running = 0
+        self.dec_keys: list[tuple] | None = [] if config.groups == "rank" else None
+        self.steady_runs = config.groups != "rank"
         self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
         self.t = 0.0
-        self.iteration = 0
         self.rec = Recorder(instance_index)
 
     # ------------------------------------------------------------------ setup
@@ -154,189 +165,207 @@ class ContinuousEngine:
         return self.arr
 
     def _push_waiting(self, i: int) -> None:
-        heapq.heappush(self.waiting, (float(self.key[i]), float(self.arr[i]), i))
+        bisect.insort(self.waiting, (self.key[i], self._arr[i], i))
 
-    # ------------------------------------------------------------------ memory
+    def _take_waiting(self, i: int) -> None:
+        entry = (self.key[i], self._arr[i], i)
+        del self.waiting[bisect.bisect_left(self.waiting, entry)]
 
-    def _held(self, idx) -> int:
-        idx = np.asarray(idx, dtype=np.int64)
-        return int(np.maximum(self.m[idx], self.reserve_to[idx]).sum()) if len(idx) else 0
+    def _into_decode_phase(self, i: int) -> None:
+        self.prefilling.discard(i)
+        self.idle.add(i)
+        if self.dec_keys is not None:
+            bisect.insort(self.dec_keys, (self.key[i], self._arr[i], i))
+
+    def _stop(self, i: int) -> None:
+        """Request i stops running (it finished or is evicted) and frees its slot."""
+        if self.dec_keys is not None and self._decoding(i):
+            del self.dec_keys[bisect.bisect_left(self.dec_keys, (self.key[i], self._arr[i], i))]
+        if i in self.stream:
+            self.stream.leave(i)
+        self.idle.discard(i)
+        self.prefilling.discard(i)
+        self.n_running -= 1
+        heapq.heappush(self.free_slots, self.slot[i])
+        self.slot[i] = -1
+        self.m[i] = 0
+        self.reserve_to[i] = 0
+
+    # ------------------------------------------------------------------ state
+
+    def _running(self) -> list[int]:
+        return [*self.stream.members, *self.idle, *self.prefilling]
+
+    def _decoding(self, i: int) -> bool:
+        return i in self.stream or i in self.idle
+
+    def _m(self, i: int) -> int:
+        return self.stream.m_of(i)
+
+    def _held(self) -> float:
+        """KV memory held by the running requests: Σ max(m, m_reserve)."""
+        m, r = self.m, self.reserve_to
+        other = sum(m[i] if m[i] > r[i] else r[i] for i in self.prefilling)
+        if self.idle:
+            other += sum(m[i] if m[i] > r[i] else r[i] for i in self.idle)
+        return self.stream.held() + other
 
     def _reservation(self, i: int) -> int:
         """KVs a waiting request reserves when it starts (m_reserve of CANALLOCATE)."""
         if self.cfg.eviction_free:
-            return int(self.I[i] + self.O[i] - 1)
+            return self._I[i] + self._O[i] - 1
         if self.cfg.histogram_quantile is not None and self.gen[i] == 0 and self.outputs_seen:
             seen = self.outputs_seen
             est = seen[int(self.cfg.histogram_quantile * (len(seen) - 1))]
-            return int(max(self.S[i], min(self.I[i] + max(est, 1) - 1, self.M)))
-        return int(self.S[i])
-
-    def _decode_phase(self, i: int) -> bool:
-        return bool(self.gen[i] >= 1 and self.m[i] == self.S[i] - 1)
+            return int(max(self.S[i], min(self._I[i] + max(est, 1) - 1, self.M)))
+        return self.S[i]
 
     # ------------------------------------------------------------------ run
 
     def _arrive(self) -> int | None:
         """Queue every request that has arrived by now; the next one to arrive, if any."""
-        while self._nxt < self.n and self.arr[self._order[self._nxt]] <= self.t + 1e-9:
-            i = int(self._order[self._nxt])
+        while self._nxt < self.n and self._arr[self._order[self._nxt]] <= self.t + 1e-9:
+            i = self._order[self._nxt]
             self.status[i] = WAITING
             self._push_waiting(i)
             self._nxt += 1
-        return int(self._order[self._nxt]) if self._nxt < self.n else None
+        return self._order[self._nxt] if self._nxt < self.n else None
 
     def run(self) -> Schedule:
-        self._order = np.argsort(self.arr, kind="stable")
+        self._order = np.argsort(self.arr, kind="stable").tolist()
         self._nxt = 0
         done = 0
         while done < self.n:
             next_arrival = self._arrive()
-            if not self.running and not self.waiting:
-                self.t = max(self.t, float(self.arr[next_arrival]))
+            if not self.n_running and not self.waiting:
+                self.t = max(self.t, self._arr[next_arrival])
                 continue
             batch = self._form_batch()
             if batch is None:
-                if next_arrival is not None and not self.running:
-                    self.t = max(self.t, float(self.arr[next_arrival]))
+                if next_arrival is not None and not self.n_running:
+                    self.t = max(self.t, self._arr[next_arrival])
                     continue
-                stuck = [self.ids[i] for i in np.flatnonzero(self.status != DONE)[:3]]
+                stuck = [self.ids[i] for i in range(self.n) if self.status[i] != DONE][:3]
                 raise InstanceError(f"scheduler {self.cfg.name} cannot make progress, e.g. "
                                     f"{stuck}", file=self.instance.label(), field="requests")
-            pre, chunks, dec, steady = batch
-            if steady and not pre:
-                k = self._steady_rounds(dec, next_arrival)
-                done += self._decode_run(dec, k)
-            else:
-                done += self._process(pre, chunks, dec)
+            rounds = self._steady_rounds(batch, next_arrival) if self.steady_runs else 1
+            done += self._process(batch) if rounds == 1 else self._decode_run(rounds)
         return self._schedule()
 
     # ------------------------------------------------------------------ batch formation
 
     def _evict(self, victim: int) -> None:
-        self.rec.segments(np.array([victim]), np.array([self.slot[victim]]), "evict", self.t,
-                          self.t, np.array([self.m[victim]]))
-        self._close_decode(np.array([victim]))
+        self.rec.segment(victim, self.slot[victim], "evict", self.t, self.t, self._m(victim))
+        self._stop(victim)
         self.evicted_now += 1
         self.just_evicted.add(victim)
-        self.running.remove(victim)
-        heapq.heappush(self.free_slots, int(self.slot[victim]))
-        self.slot[victim] = -1
-        self.m[victim] = 0
-        self.reserve_to[victim] = 0
         self.evictions[victim] += 1
         self.status[victim] = WAITING
         self._push_waiting(victim)
 
+    def _order_key(self, i: int) -> tuple:
+        return (self.key[i], self._arr[i], i)
+
     def _running_order(self) -> list[int]:
         """Running requests from highest to lowest priority."""
         if self.cfg.groups == "sarathi":
-            dec = [i for i in self.running if self._decode_phase(i)]
-            pre = [i for i in self.running if not self._decode_phase(i)]
+            dec = [*self.stream.members, *self.idle]
             if self.cfg.long_first:
-                dec.sort(key=lambda i: (-int(self.m[i]), self.arr[i], i))
+                dec.sort(key=lambda i: (-self._m(i), self._arr[i], i))
             else:
-                dec.sort(key=lambda i: (self.key[i], self.arr[i], i))
-            pre.sort(key=lambda i: (self.key[i], self.arr[i], i))
-            return dec + pre
-        return sorted(self.running, key=lambda i: (self.key[i], self.arr[i], i))
+                dec.sort(key=self._order_key)
+            return dec + sorted(self.prefilling, key=self._order_key)
+        return sorted(self._running(), key=self._order_key)
 
-    def _form_batch(self):
-        """One GETNEXTBATCH: (prefill requests, their chunk sizes, decode requests, steady)."""
-        b = _Batch(free=self.M - self._held(self.running), tokens=self.C, prefill=self.P)
+    def _form_batch(self) -> _Batch | None:
+        """One GETNEXTBATCH."""
+        b = _Batch(free=self.M - self._held(), tokens=self.C, prefill=self.P)
         if self.cfg.groups == "vllm":
-            self._admit_waiting(b, probe_all=False)
+            self._admit_waiting(b)
             self._add_running(b)
         elif self.cfg.groups == "sarathi":
             self._add_running(b)
-            self._admit_waiting(b, probe_all=False)
+            self._admit_waiting(b)
         else:
             self._rank_batch(b)
         self.just_evicted.clear()
         if not b.pre and not b.n_dec:
             return None
-        steady = (not b.pre and b.n_dec == len(self.running)
-                  and not self._admissible_soon(b.free))
-        return b.pre, b.chunks, b.decodes(), steady
+        return b
 
     def _chunk(self, i: int, b: _Batch) -> int:
-        remaining = int(self.S[i] - self.m[i])
-        c = min(remaining, b.prefill, b.tokens) if self.cfg.chunked else remaining
-        return c if 0 < c <= b.prefill and c <= b.tokens else 0
+        return self._chunk_within(i, b.prefill, b.tokens)
+
+    def _chunk_within(self, i: int, prefill: int, tokens: int) -> int:
+        """The chunk request i processes given the prefill and token budgets left (0: none)."""
+        remaining = self.S[i] - self.m[i]
+        c = min(remaining, prefill, tokens) if self.cfg.chunked else remaining
+        return c if 0 < c <= prefill and c <= tokens else 0
 
     def _admit(self, i: int, c: int, need: int, b: _Batch) -> None:
         self.status[i] = RUNNING
         self.slot[i] = heapq.heappop(self.free_slots)
         self.last_slot[i] = self.slot[i]
         self.reserve_to[i] = need
-        self.running.append(i)
+        self.prefilling.add(i)
+        self.n_running += 1
         b.free -= need
         b.add_chunk(i, c)
 
-    def _admit_waiting(self, b: _Batch, probe_all: bool) -> None:
-        """Waiting requests in priority order while they fit; FCFS groups stop at the first
-        that does not (head-of-line), ranked ones probe further."""
-        skipped: list[tuple] = []
-        while self.waiting and len(self.running) < self.J:
+    def _admit_waiting(self, b: _Batch) -> None:
+        """Waiting requests in priority order while they fit; the first that does not blocks
+        the rest (head-of-line, as vLLM)."""
+        while self.waiting and self.n_running < self.J:
             if not self.cfg.hybrid and b.phase == "decode":
                 break
             i = self.waiting[0][2]
             c = self._chunk(i, b) if i not in self.just_evicted else 0
             need = self._reservation(i)
             if c == 0 or need > b.free:
-                if not probe_all:
-                    break
-                skipped.append(heapq.heappop(self.waiting))
-                if len(skipped) >= 64:
-                    break
-                continue
-            heapq.heappop(self.waiting)
+                break
+            del self.waiting[0]
             self._admit(i, c, need, b)
-        for entry in skipped:
-            heapq.heappush(self.waiting, entry)
+
+    def _decode_needs(self, i: int) -> int:
+        """1 if request i's next decode needs a new KV (m + 1 > m_reserve), else 0."""
+        return 1 if self._m(i) >= self.reserve_to[i] else 0
 
     def _add_running(self, b: _Batch) -> None:
         """Running decodes (all at once when KV and tokens suffice, else one by one in priority
         order with evictions), then running requests in the middle of a chunked prefill."""
-        run = np.asarray(self.running, dtype=np.int64)
-        if b.pre:
-            run = run[~np.isin(run, b.pre)]
-        decoding = (self.gen[run] >= 1) & (self.m[run] == self.S[run] - 1)
-        decs, pres = run[decoding], run[~decoding]
-        if len(decs) and (self.cfg.hybrid or b.phase != "prefill"):
-            needy = self.m[decs] + 1 > self.reserve_to[decs]
-            needs = int(needy.sum())
-            if needs <= b.free and len(decs) <= b.tokens:
+        pres = [i for i in self.prefilling if i not in b.members]
+        n_dec = len(self.stream) + len(self.idle)
+        if n_dec and (self.cfg.hybrid or b.phase != "prefill"):
+            needs = self.stream.needs() + sum(self._decode_needs(i) for i in self.idle)
+            if needs <= b.free and n_dec <= b.tokens:
                 b.free -= needs
-                b.add_decodes(decs)
+                b.add_all_decodes(n_dec)
             else:
-                self._decodes_with_evictions(decs, needy, b)
-        if len(pres) and (self.cfg.hybrid or b.phase != "decode"):
-            alive = set(self.running)  # the decodes may have evicted some
-            for i in sorted(pres.tolist(), key=lambda i: (self.key[i], self.arr[i], i)):
-                if i not in alive:
-                    continue
+                self._decodes_with_evictions(b)
+        if pres and (self.cfg.hybrid or b.phase != "decode"):
+            for i in sorted(pres, key=self._order_key):
+                if i not in self.prefilling:
+                    continue  # evicted by the decodes
                 c = self._chunk(i, b)
                 if c:
                     b.add_chunk(i, c)
 
-    def _decodes_with_evictions(self, decs: np.ndarray, needy: np.ndarray, b: _Batch) -> None:
+    def _decodes_with_evictions(self, b: _Batch) -> None:
         """Decodes in priority order, each needing a new KV unless reserved: while KV is short,
         the lowest-priority running request outside the batch is evicted (possibly a decode
         candidate itself). Taking candidates one by one and evicting from the bottom as each
         runs short evicts the same requests as evicting from the bottom until all survivors
         fit, which is what is done here."""
         ranked = self._running_order()
-        need = dict(zip(decs.tolist(), needy.tolist(), strict=True))
+        need = {i: self._decode_needs(i) for i in (*self.stream.members, *self.idle)}
         keep = [i for i in ranked if i in need][: max(b.tokens, 0)]
         total = sum(need[i] for i in keep)
-        members = b.members()
         for victim in reversed(ranked):
             if total <= b.free:
                 break
-            if victim in members:
+            if victim in b.members:
                 continue
-            b.free += max(int(self.m[victim]), int(self.reserve_to[victim]))
+            b.free += max(self._m(victim), self.reserve_to[victim])
             self._evict(victim)
             if victim in need and victim in keep:
                 keep.remove(victim)
@@ -345,188 +374,233 @@ class ContinuousEngine:
             return
         b.free -= total
         if keep:
-            b.add_decodes(np.asarray(keep, dtype=np.int64))
+            b.add_decodes(keep)
 
     def _add_decode(self, i: int, b: _Batch) -> None:
         """One decode candidate; evicts lower-priority running requests when KV is short (the
         candidate itself when none is lower)."""
-        if i not in self.running or b.tokens < 1:
+        if self.status[i] != RUNNING or b.tokens < 1:
             return
-        need = 1 if self.m[i] + 1 > self.reserve_to[i] else 0
+        need = self._decode_needs(i)
         while need > b.free:
-            members = b.members()
-            victim = next((v for v in reversed(self._running_order()) if v not in members),
+            victim = next((v for v in reversed(self._running_order()) if v not in b.members),
                           None)
             if victim is None:
                 return
-            freed = max(int(self.m[victim]), int(self.reserve_to[victim]))
+            freed = max(self._m(victim), self.reserve_to[victim])
             self._evict(victim)
             b.free += freed
             if victim == i:
                 return
         b.free -= need
-        b.add_decodes(np.array([i], dtype=np.int64))
+        b.add_decodes([i])
+
+    def _rank_batch_without_evictions(self, b: _Batch) -> bool:
+        """The rank batch when every decode fits: what ``_rank_batch`` does, computed from the
+        prefill candidates alone (a candidate's budgets are what the decodes ranked before it
+        left, counted in ``dec_keys``), and applied only if the last decode still has a KV and
+        a token, so that no eviction or skipped decode occurs. False: nothing done."""
+        n_dec = len(self.stream) + len(self.idle)
+        needs = self.stream.needs() + sum(self._decode_needs(i) for i in self.idle)
+        if not self.cfg.hybrid or needs not in (0, n_dec):
+            return False
+        unit = 1 if needs else 0
+        free0, tokens0, prefill0 = b.free, b.tokens, b.prefill
+        slots = self.J - self.n_running
+        cands = [(self.key[i], self._arr[i], i, True) for i in self.prefilling]
+        if slots > 0:
+            cands += [(k, a, i, False) for k, a, i in self.waiting[:RANK_WINDOW]
+                      if i not in self.just_evicted and self._reservation(i) <= free0]
+        cands.sort()
+        dec_keys = self.dec_keys
+        used_free = used_tokens = used_prefill = 0
+        chosen = []
+        for key, arr, i, running in cands:
+            before = bisect.bisect_left(dec_keys, (key, arr, i))
+            tokens = tokens0 - before - used_tokens
+            if tokens < 0 or free0 - before * unit - used_free < 0:
+                return False
+            c = self._chunk_within(i, prefill0 - used_prefill, tokens)
+            if not c:
+                continue
+            need = 0
+            if not running:
+                need = self._reservation(i)
+                if slots == 0 or need > free0 - before * unit - used_free:
+                    continue
+                slots -= 1
+            chosen.append((key, arr, i, running, c, need))
+            used_free += need
+            used_tokens += c
+            used_prefill += c
+        if n_dec:
+            last = dec_keys[-1]
+            ahead = [x for x in chosen if x[:3] < last]
+            if free0 - (n_dec - 1) * unit - sum(x[5] for x in ahead) < unit \
+                    or tokens0 - (n_dec - 1) - sum(x[4] for x in ahead) < 1:
+                return False
+        for _, _, i, running, c, need in chosen:
+            if running:
+                b.add_chunk(i, c)
+            else:
+                self._take_waiting(i)
+                self._admit(i, c, need, b)
+        if n_dec:
+            b.free -= needs
+            b.add_all_decodes(n_dec)
+        return True
 
     def _rank_batch(self, b: _Batch) -> None:
         """One group of running and waiting requests ordered by the rank key."""
-        waiting = heapq.nsmallest(64, self.waiting)
-        entries = [(float(self.key[i]), float(self.arr[i]), i, True) for i in self.running]
+        if self._rank_batch_without_evictions(b):
+            return
+        waiting = self.waiting[:RANK_WINDOW]
+        entries = [(self.key[i], self._arr[i], i, True) for i in self._running()]
         entries += [(k, a, i, False) for k, a, i in waiting]
         for _, _, i, running in sorted(entries):
-            if running and (i not in self.running or i in b.members()):
+            if running and (self.status[i] != RUNNING or i in b.members):
                 continue  # evicted earlier in this batch
             if running:
-                if self._decode_phase(i):
+                if self._decoding(i):
                     if self.cfg.hybrid or b.phase != "prefill":
                         self._add_decode(i, b)
                 elif self.cfg.hybrid or b.phase != "decode":
                     c = self._chunk(i, b)
                     if c:
                         b.add_chunk(i, c)
-            elif len(self.running) < self.J and (self.cfg.hybrid or b.phase != "decode") \
+            elif self.n_running < self.J and (self.cfg.hybrid or b.phase != "decode") \
                     and i not in self.just_evicted:
                 c, need = self._chunk(i, b), self._reservation(i)
                 if c and need <= b.free:
-                    self.waiting.remove((self.key[i], self.arr[i], i))
-                    heapq.heapify(self.waiting)
+                    self._take_waiting(i)
                     self._admit(i, c, need, b)
-
-    def _admissible_soon(self, free: float) -> bool:
-        """Could a waiting request start if nothing else changed?"""
-        if not self.waiting or len(self.running) >= self.J:
-            return False
-        if self.cfg.groups == "rank":
-            return any(self._reservation(e[2]) <= free for e in self.waiting[:64])
-        return self._reservation(self.waiting[0][2]) <= free
-
-    def _steady_rounds(self, dec: np.ndarray, next_arrival: int | None) -> int:
-        """How many identical decode-only iterations can run before something changes: a
-        completion, a KV shortage, or an arrival that could be admitted."""
-        idx = dec
-        k = int((self.O[idx] - self.gen[idx]).min())
-        needing = int((self.m[idx] + 1 > self.reserve_to[idx]).sum())
-        free = self.M - self._held(idx)
-        if needing and free != math.inf:
-            k = min(k, max(1, int(free // needing)))
-        if next_arrival is not None and len(self.running) < self.J:
-            need = self._reservation(next_arrival)
-            if need <= free:
-                n = len(idx)
-                kv = int(self.m[idx].sum())
-                base = self.profile.batch_ms(n, kv, 0, 0)
-                gap = self.arr[next_arrival] - self.t
-                k = min(k, max(1, math.ceil(gap / max(base, 1e-9))))
-        return max(k, 1)
 
     # ------------------------------------------------------------------ processing
 
-    def _close_decode(self, idx: np.ndarray) -> None:
-        """Close open decode segments at the end of their last decode iteration."""
-        idx = idx[~np.isnan(self.seg_start[idx])]
-        if len(idx):
-            self.rec.segments(idx, self.last_slot[idx], "decode", self.seg_start[idx],
-                              self.seg_end_t[idx], self.seg_tokens[idx])
-            self.seg_start[idx] = np.nan
-            self.seg_tokens[idx] = 0
+    def _set_decoders(self, b: _Batch) -> int:
+        """Make the stream exactly the batch's decoders; how many decode."""
+        stream = self.stream
+        if b.all_decodes:
+            for i in self.idle:
+                stream.join(i, self.slot[i])
+            self.idle.clear()
+            return len(stream)
+        chosen = set(b.dec)
+        if chosen != stream.members:
+            for i in stream.members - chosen:
+                stream.leave(i)
+                self.idle.add(i)
+            for i in chosen - stream.members:
+                self.idle.discard(i)
+                stream.join(i, self.slot[i])
+        return len(chosen)
 
-    def _open_decode(self, idx: np.ndarray) -> None:
-        """Requests decoding in the coming iteration: a segment interrupted by an iteration
-        without them ends; those without an open segment start one now."""
-        open_ = ~np.isnan(self.seg_start[idx])
-        stale = idx[open_ & (self.seg_last[idx] != self.iteration - 1)]
-        self._close_decode(stale)
-        fresh = idx[np.isnan(self.seg_start[idx])]
-        self.seg_start[fresh] = self.t
-
-    def _decode_run(self, dec: np.ndarray, k: int) -> int:
-        """k identical decode-only iterations of every running request."""
-        idx = dec
-        n = len(idx)
-        kv0 = int(self.m[idx].sum())
-        steps = np.arange(k)
-        prof = self.profile
-        durations = (prof.bias_ms + prof.per_token_ms * n
-                     + prof.decode_kv_ms * (kv0 + n * steps))
-        starts = self.t + np.concatenate([[0.0], np.cumsum(durations)[:-1]])
-        ends = starts + durations
-        self._open_decode(idx)
-        self.m[idx] += k
-        self.S[idx] += k
-        self.gen[idx] += k
-        self.seg_tokens[idx] += k
-        self.seg_last[idx] = self.iteration + k - 1
-        evictions: int | np.ndarray = 0
-        if self.evicted_now:
-            evictions = np.zeros(k, dtype=np.int64)
-            evictions[0] = self.evicted_now
-        self.evicted_now = 0
-        self.rec.iterations(starts, ends, "decode", n, 0, n, kv0 + n * (steps + 1),
-                            evictions=evictions, running=len(self.running))
-        self.iteration += k
-        self.t = float(ends[-1])
-        self.seg_end_t[idx] = self.t
-        return self._finish(idx)
-
-    def _process(self, pre: list[int], chunks: list[int], dec: np.ndarray) -> int:
+    def _process(self, b: _Batch) -> int:
         """One batch of prefill/refill chunks and decodes."""
-        prof = self.profile
-        p_idx = np.asarray(pre, dtype=np.int64)
-        c = np.asarray(chunks, dtype=np.int64)
-        d_idx = dec
-        m_before = self.m[p_idx]
-        tokens = int(c.sum()) + len(d_idx)
-        dur = prof.batch_ms(tokens, int(self.m[d_idx].sum()),
-                            float((c * c + 2 * m_before * c).sum()), len(p_idx))
-        start, end = self.t, self.t + dur
-        if len(d_idx):
-            self._open_decode(d_idx)
-        if len(p_idx):
-            phases = np.where(self.gen[p_idx] >= 1, 2, 1)
-            for code, name in ((1, "prefill"), (2, "refill")):
-                sel = phases == code
-                self.rec.segments(p_idx[sel], self.slot[p_idx[sel]], name, start, end, c[sel])
-        self.m[p_idx] += c
-        self.m[d_idx] += 1
-        if len(d_idx):
-            self.seg_tokens[d_idx] += 1
-            self.seg_last[d_idx] = self.iteration
-        touched = np.concatenate([p_idx, d_idx])
-        complete = touched[self.m[touched] == self.S[touched]]
-        self.gen[complete] += 1
-        self.S[complete] += 1
-        first = complete[self.gen[complete] == 1]
-        self.first_ms[first] = end
-        kv = int(self.m[np.asarray(self.running)].sum()) if self.running else 0
-        phase = ("mixed" if len(p_idx) and len(d_idx) else "prefill" if len(p_idx)
-                 else "decode")
-        self.rec.iterations(np.array([start]), np.array([end]), phase,
-                            len(p_idx) + len(d_idx), int(c.sum()), len(d_idx), kv,
-                            evictions=self.evicted_now, running=len(self.running))
+        m, S, gen = self.m, self.S, self.gen
+        stream = self.stream
+        n_dec = self._set_decoders(b) if b.n_dec else 0
+        decode_kv = stream.kv() if n_dec else 0
+        pre, chunks = b.pre, b.chunks
+        pre_tokens = sum(chunks)
+        units = sum(c * c + 2 * m[i] * c for i, c in zip(pre, chunks, strict=True))
+        start = self.t
+        end = start + self.profile.batch_ms(pre_tokens + n_dec, decode_kv, units, len(pre))
+        other_kv = sum(m[i] for i in self.prefilling) + sum(m[i] for i in self.idle)
+        finished = []  # by their prefill or refill, then by decoding
+        for i, c in zip(pre, chunks, strict=True):
+            self.rec.segment(i, self.slot[i], "refill" if gen[i] >= 1 else "prefill", start,
+                             end, c)
+            m[i] += c
+            if m[i] == S[i]:
+                gen[i] += 1
+                S[i] += 1
+                if gen[i] == 1:
+                    self.first_ms[i] = end
+            if gen[i] >= 1 and m[i] == S[i] - 1:
+                if gen[i] >= self._O[i]:
+                    finished.append(i)
+                else:
+                    self._into_decode_phase(i)
+        running = self.n_running
+        if n_dec:
+            finished += stream.step(start, end)
+        else:
+            stream.pause()
+        kv = stream.kv() + other_kv + pre_tokens
+        phase = "mixed" if pre and n_dec else "prefill" if pre else "decode"
+        self.rec.iteration(start, end, phase, len(pre) + n_dec, pre_tokens, n_dec, kv,
+                           self.evicted_now, running)
         self.evicted_now = 0
-        self.iteration += 1
         self.t = end
-        if len(d_idx):
-            self.seg_end_t[d_idx] = end
-        return self._finish(complete)
+        for i in finished:
+            self._finish(i)
+        return len(finished)
 
-    def _finish(self, idx: np.ndarray) -> int:
-        done = idx[self.gen[idx] >= self.O[idx]]
-        if not len(done):
-            return 0
-        self._close_decode(done)
-        self.finish_ms[done] = self.t
-        self.status[done] = DONE
-        for i in done:
-            self.running.remove(int(i))
-            heapq.heappush(self.free_slots, int(self.slot[i]))
-            self.slot[i] = -1
-            bisect.insort(self.outputs_seen, int(self.O[i]))
-        self.m[done] = 0
-        self.reserve_to[done] = 0
-        return len(done)
+    def _steady_rounds(self, b: _Batch, next_arrival: int | None) -> int:
+        """How many iterations, from this one, are the same batch: every running request
+        decodes and nothing else. Until a member outgrows its reservation or finishes, the
+        KVs run short, or an arrival could be admitted, the schedulers (vLLM and SARATHI
+        groups; ranked ones are left alone) form it again:
+        the running requests in a prefill wait (without hybrid batching) or there are none,
+        and no waiting request is admitted — no free slot, SARATHI without hybrid batching
+        (decodes first), or a queue head whose reservation does not fit (FCFS: arrivals queue
+        behind it, and free KVs only shrink)."""
+        cfg, stream = self.cfg, self.stream
+        if b.pre or not b.all_decodes or self.idle or self.evicted_now \
+                or (cfg.hybrid and self.prefilling):
+            return 1
+        needs = stream.needs()
+        free = self.M - self._held()
+        blocked = self.n_running >= self.J or (cfg.groups == "sarathi" and not cfg.hybrid)
+        if not blocked and self.waiting:
+            head = self.waiting[0][2]
+            if self._reservation(head) <= free - (needs if cfg.groups == "sarathi" else 0):
+                return 1
+            blocked = True
+        rounds = stream.horizon() - stream.G
+        if needs and free != math.inf:
+            rounds = min(rounds, free // needs)
+        rounds = int(min(rounds, 1 << 20))
+        if rounds > 1 and not blocked and next_arrival is not None:
+            starts = self._decode_times(rounds)[0]
+            rounds = 1 + int(np.count_nonzero(starts[1:] + 1e-9 < self._arr[next_arrival]))
+        return max(rounds, 1)
+
+    def _decode_times(self, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+        """Starts and ends of ``rounds`` decode-only iterations of the whole stream from now,
+        summed in the order the iteration-by-iteration simulation sums them."""
+        prof, n = self.profile, len(self.stream)
+        kv = self.stream.kv() + n * np.arange(rounds)
+        durations = prof.bias_ms + prof.per_token_ms * n + prof.decode_kv_ms * kv
+        ends = np.add.accumulate(np.concatenate([[self.t], durations]))
+        return ends[:-1], ends[1:]
+
+    def _decode_run(self, rounds: int) -> int:
+        """``rounds`` iterations of the same decode-only batch (see ``_steady_rounds``)."""
+        stream = self.stream
+        n = len(stream)
+        kv = stream.kv() + sum(self.m[i] for i in self.prefilling)
+        starts, ends = self._decode_times(rounds)
+        finished = stream.advance(starts, ends)
+        self.rec.iterations(starts, ends, "decode", n, 0, n,
+                            kv + n * np.arange(1, rounds + 1), evictions=0,
+                            running=self.n_running)
+        self.t = float(ends[-1])
+        for i in finished:
+            self._finish(i)
+        return len(finished)
+
+    def _finish(self, i: int) -> None:
+        self._stop(i)
+        self.finish_ms[i] = self.t
+        self.status[i] = DONE
+        bisect.insort(self.outputs_seen, self._O[i])
 
     def _schedule(self) -> Schedule:
-        self._close_decode(np.flatnonzero(~np.isnan(self.seg_start)))
+        decodes = list(self.stream.segments())
+        self.rec.segments(*decodes[:2], "decode", *decodes[2:])
+        del decodes  # the recorder holds them now, and releases them as it builds the table
         requests = pd.DataFrame({
             "request": self.ids, "instance": self.index, "client": self.last_slot,
             "input_tokens": self.I, "output_tokens": self.O, "arrival_ms": self.arr,
@@ -545,10 +619,9 @@ class PlannedEngine(ContinuousEngine):
     (a chunk larger than what is left, KV above M, more than C tokens) raise an error."""
 
     def __init__(self, instance: Instance, batches: list[dict], name: str = "plan") -> None:
-        from llmopt.replay.policies.infermax import SchedulerConfig
-
         config = SchedulerConfig(name, "vllm", hybrid=True, chunked=True, prefill_budget=None)
         super().__init__(instance, config)
+        self.steady_runs = False
         index = {rid: k for k, rid in enumerate(self.ids)}
         self.plan: list[tuple[list[int], list[tuple[int, int]], list[int]]] = []
         for k, batch in enumerate(batches):
@@ -566,47 +639,46 @@ class PlannedEngine(ContinuousEngine):
         raise InstanceError(f"plan batch {self._step}: {why}", file=self.instance.label(),
                             field="plan")
 
-    def _form_batch(self):
+    def _form_batch(self) -> _Batch | None:
         if self._step >= len(self.plan):
             self._fail("the plan ends before every request has finished")
         evict, chunks, dec = self.plan[self._step]
         members = [i for i, _ in chunks] + dec
-        start = max([self.t, *(float(self.arr[i]) for i in members)])
+        start = max([self.t, *(self._arr[i] for i in members)])
         if start > self.t:
             self.t = start
             self._arrive()
         for i in evict:
-            if i not in self.running:
+            if self.status[i] != RUNNING:
                 self._fail(f"evicts {self.ids[i]}, which is not running")
             self._evict(i)
         self.just_evicted.clear()
         b = _Batch(free=math.inf, tokens=self.C, prefill=self.C)
         for i, c in chunks:
             if self.status[i] == WAITING:
-                self.waiting = [e for e in self.waiting if e[2] != i]
-                heapq.heapify(self.waiting)
-                if len(self.running) >= self.J:
+                self._take_waiting(i)
+                if self.n_running >= self.J:
                     self._fail(f"more than {self.J} requests running")
                 self._admit(i, c, 0, b)
-            elif i in self.running and not self._decode_phase(i):
+            elif i in self.prefilling:
                 b.add_chunk(i, c)
             else:
                 self._fail(f"prefill chunk for {self.ids[i]}, which is not waiting or prefilling")
             if not 0 < c <= self.S[i] - self.m[i]:
                 self._fail(f"chunk of {c} tokens for {self.ids[i]} with "
-                           f"{int(self.S[i] - self.m[i])} left to process")
+                           f"{self.S[i] - self.m[i]} left to process")
         for i in dec:
-            if i not in self.running or not self._decode_phase(i):
+            if self.status[i] != RUNNING or not self._decoding(i):
                 self._fail(f"{self.ids[i]} is not in the decode phase")
         if dec:
-            b.add_decodes(np.asarray(dec, dtype=np.int64))
+            b.add_decodes(dec)
         if b.tokens < 0:
             self._fail(f"more than C = {self.C} tokens")
-        held = int(self.m[np.asarray(self.running)].sum())
+        held = self.stream.kv() + sum(self.m[i] for i in (*self.idle, *self.prefilling))
         kv_after = held + sum(c for _, c in chunks) + len(dec)
         if kv_after > self.M:
             self._fail(f"{kv_after} KV tokens > M = {int(self.M)}")
         self._step += 1
         if not b.pre and not b.n_dec:
             return self._form_batch() if self._step < len(self.plan) else None
-        return b.pre, b.chunks, b.decodes(), False
+        return b

@@ -37,15 +37,43 @@ class Recorder:
         self.instance = instance_index
         self._seg: list[tuple] = []
         self._iter: list[tuple] = []
+        self._seg_rows: list[tuple] = []
+        self._iter_rows: list[tuple] = []
 
     def segments(self, requests: np.ndarray, clients: np.ndarray, phase: str, starts, ends,
                  tokens: np.ndarray) -> None:
-        """Segments of ``requests`` (engine indices) in one phase; starts/ends scalar or array."""
+        """Segments of ``requests`` (engine indices) in one phase; starts/ends scalar or array.
+        The arrays are kept, not copied: pass arrays the caller will not change."""
         if len(requests):
-            self._seg.append((np.array(requests, dtype=np.int64),
-                              np.array(clients, dtype=np.int64), _PHASE_CODE[phase],
-                              np.array(starts, dtype=float), np.array(ends, dtype=float),
-                              np.array(tokens, dtype=np.int64)))
+            self._seg.append((np.asarray(requests), np.asarray(clients), _PHASE_CODE[phase],
+                              np.asarray(starts, dtype=float), np.asarray(ends, dtype=float),
+                              np.asarray(tokens)))
+
+    def segment(self, request: int, client: int, phase: str, start: float, end: float,
+                tokens: int) -> None:
+        """One segment, from scalars."""
+        self._seg_rows.append((request, client, _PHASE_CODE[phase], start, end, tokens))
+
+    def iteration(self, start: float, end: float, phase: str, batch_size: int,
+                  prefill_tokens: int, decode_tokens: int, kv_tokens: int, evictions: int,
+                  running: int) -> None:
+        """One iteration, from scalars."""
+        self._iter_rows.append((start, end, _ITER_PHASES.index(phase), batch_size,
+                                prefill_tokens, decode_tokens, kv_tokens, evictions, running))
+
+    def _flush_rows(self) -> None:
+        if self._seg_rows:
+            req, client, phase, start, end, tokens = (np.asarray(c) for c in
+                                                      zip(*self._seg_rows, strict=True))
+            self._seg.append((req.astype(np.int64), client.astype(np.int64),
+                              phase.astype(np.int8), start.astype(float), end.astype(float),
+                              tokens.astype(np.int64)))
+            self._seg_rows = []
+        if self._iter_rows:
+            cols = [np.asarray(c) for c in zip(*self._iter_rows, strict=True)]
+            start, end, phase = cols[0].astype(float), cols[1].astype(float), cols[2]
+            self._iter.append((len(start), start, end, phase, *cols[3:]))
+            self._iter_rows = []
 
     def iterations(self, starts: np.ndarray, ends: np.ndarray, phase: str, batch_size,
                    prefill_tokens, decode_tokens, kv_tokens, evictions=0, running=0) -> None:
@@ -53,35 +81,48 @@ class Recorder:
                            prefill_tokens, decode_tokens, kv_tokens, evictions, running))
 
     def segment_frame(self, ids: list[str]) -> pd.DataFrame:
-        if not self._seg:
-            return pd.DataFrame(columns=SEGMENT_COLUMNS)
-        req, client, phase, start, end, tokens = zip(*self._seg, strict=True)
-        lengths = np.array([len(r) for r in req])
-        req = np.concatenate(req)
-        client = np.concatenate(client)
-        start = _expand(list(start), lengths, float)
-        end = _expand(list(end), lengths, float)
-        tokens = np.concatenate(tokens)
-        phase = np.repeat(np.asarray(phase, dtype=np.int8), lengths)
+        """The segments table, sorted by client and start. Requests and phases are
+        categorical, counts 32-bit: a trace replay can have millions of segments, so the
+        columns are filled chunk by chunk and the recorded chunks released as they go."""
+        self._flush_rows()
+        chunks = [list(ch) for ch in self._seg]  # (request, client, phase, start, end, tokens)
+        self._seg = []
+        lengths = [len(ch[0]) for ch in chunks]
+
+        def column(k: int, dtype) -> np.ndarray:
+            out = np.empty(sum(lengths), dtype=dtype)
+            pos = 0
+            for ch, n in zip(chunks, lengths, strict=True):
+                out[pos:pos + n] = ch[k]
+                ch[k] = None
+                pos += n
+            return out
+
+        start, client = column(3, float), column(1, np.int32)
         order = np.lexsort((start, client))
+        columns = {"client": client[order], "start_ms": start[order]}
+        del start, client
+        for name, k, dtype in (("end_ms", 4, float), ("tokens", 5, np.int32),
+                               ("request", 0, np.int32), ("phase", 2, np.int8)):
+            columns[name] = column(k, dtype)[order]
         return pd.DataFrame({
-            "request": np.asarray(ids, dtype=object)[req[order]],
-            "client": client[order],
-            "instance": np.full(len(order), self.instance, dtype=np.int64),
-            "phase": np.asarray(PHASES, dtype=object)[phase[order]],
-            "start_ms": start[order],
-            "end_ms": end[order],
-            "tokens": tokens[order],
-        })
+            "request": pd.Categorical.from_codes(columns.pop("request"),
+                                                 categories=pd.Index(ids)),
+            "client": columns.pop("client"),
+            "instance": np.full(len(order), self.instance, dtype=np.int32),
+            "phase": pd.Categorical.from_codes(columns.pop("phase"), categories=PHASES),
+            **columns,
+        }, copy=False)[SEGMENT_COLUMNS]
 
     def iteration_frame(self) -> pd.DataFrame:
+        self._flush_rows()
         if not self._iter:
             return pd.DataFrame(columns=ITERATION_COLUMNS)
         k, start, end, phase, bs, pt, dt, kv, ev, run = zip(*self._iter, strict=True)
         k = np.asarray(k)
         cols = {
             "start_ms": _expand(list(start), k, float), "end_ms": _expand(list(end), k, float),
-            "phase": np.asarray(_ITER_PHASES, dtype=object)[np.repeat(np.asarray(phase), k)],
+            "phase": np.asarray(_ITER_PHASES, dtype=object)[_expand(list(phase), k, np.int64)],
             "batch_size": _expand(list(bs), k, np.int64),
             "prefill_tokens": _expand(list(pt), k, np.int64),
             "decode_tokens": _expand(list(dt), k, np.int64),
