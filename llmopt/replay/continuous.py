@@ -395,65 +395,108 @@ class ContinuousEngine:
         b.free -= need
         b.add_decodes([i])
 
-    def _rank_batch_without_evictions(self, b: _Batch) -> bool:
-        """The rank batch when every decode fits: what ``_rank_batch`` does, computed from the
-        prefill candidates alone (a candidate's budgets are what the decodes ranked before it
-        left, counted in ``dec_keys``), and applied only if the last decode still has a KV and
-        a token, so that no eviction or skipped decode occurs. False: nothing done."""
+    def _rank_batch(self, b: _Batch) -> None:
+        """One group of running and waiting requests ordered by the rank key: each decode takes
+        a token and (unless reserved) a KV, evicting the lowest-priority running requests
+        outside the batch when KVs are short (itself when none is lower); each running prefill
+        takes a chunk; each of the first RANK_WINDOW waiting requests is admitted if a slot,
+        a chunk and its reservation fit."""
         n_dec = len(self.stream) + len(self.idle)
         needs = self.stream.needs() + sum(self._decode_needs(i) for i in self.idle)
         if not self.cfg.hybrid or needs not in (0, n_dec):
-            return False
-        unit = 1 if needs else 0
-        free0, tokens0, prefill0 = b.free, b.tokens, b.prefill
-        slots = self.J - self.n_running
-        cands = [(self.key[i], self._arr[i], i, True) for i in self.prefilling]
-        if slots > 0:
-            cands += [(k, a, i, False) for k, a, i in self.waiting[:RANK_WINDOW]
-                      if i not in self.just_evicted and self._reservation(i) <= free0]
-        cands.sort()
-        dec_keys = self.dec_keys
-        used_free = used_tokens = used_prefill = 0
-        chosen = []
-        for key, arr, i, running in cands:
-            before = bisect.bisect_left(dec_keys, (key, arr, i))
-            tokens = tokens0 - before - used_tokens
-            if tokens < 0 or free0 - before * unit - used_free < 0:
-                return False
-            c = self._chunk_within(i, prefill0 - used_prefill, tokens)
-            if not c:
-                continue
-            need = 0
-            if not running:
-                need = self._reservation(i)
-                if slots == 0 or need > free0 - before * unit - used_free:
-                    continue
-                slots -= 1
-            chosen.append((key, arr, i, running, c, need))
-            used_free += need
-            used_tokens += c
-            used_prefill += c
-        if n_dec:
-            last = dec_keys[-1]
-            ahead = [x for x in chosen if x[:3] < last]
-            if free0 - (n_dec - 1) * unit - sum(x[5] for x in ahead) < unit \
-                    or tokens0 - (n_dec - 1) - sum(x[4] for x in ahead) < 1:
-                return False
-        for _, _, i, running, c, need in chosen:
-            if running:
-                b.add_chunk(i, c)
-            else:
-                self._take_waiting(i)
-                self._admit(i, c, need, b)
-        if n_dec:
-            b.free -= needs
-            b.add_all_decodes(n_dec)
-        return True
-
-    def _rank_batch(self, b: _Batch) -> None:
-        """One group of running and waiting requests ordered by the rank key."""
-        if self._rank_batch_without_evictions(b):
+            self._rank_batch_one_by_one(b)
             return
+        self._rank_batch_in_runs(b, unit=1 if needs else 0)
+
+    def _rank_batch_in_runs(self, b: _Batch, unit: int) -> None:
+        """``_rank_batch`` when every decode needs the same KVs (``unit``): the decodes between
+        two prefill candidates are taken as a run, in bulk, and victims come from a pointer
+        that moves up from the bottom of the running order (it never passes the decode being
+        added, which would be the victim itself). Until the first eviction, free KVs only
+        shrink, so waiting requests whose reservation does not fit now are left out until
+        then."""
+        status, members, dec = self.status, b.members, self.dec_keys  # dec: live, sorted
+        prefilling = sorted((self.key[i], self._arr[i], i, True) for i in self.prefilling)
+        window = self.waiting[:RANK_WINDOW]
+        free0 = b.free
+        if self.cfg.histogram_quantile is None and not self.cfg.eviction_free:
+            need_of = self.S.__getitem__  # the reservation of a waiting request is its S
+        else:
+            need_of = self._reservation
+        if self.n_running >= self.J:
+            fits = []
+        elif need_of == self.S.__getitem__:
+            S = self.S
+            fits = [(k, a, i, False) for k, a, i in window if S[i] <= free0]
+        else:
+            fits = [(k, a, i, False) for k, a, i in window if need_of(i) <= free0]
+        cands = sorted(prefilling + fits) if fits else prefilling
+        order: list[tuple] | None = None  # the running order, built at the first eviction
+        back = dp = k = 0
+        tail_filtered = False
+        while True:
+            cand = cands[k] if k < len(cands) else None
+            while True:  # the decodes ranked before cand
+                hi = len(dec) if cand is None else bisect.bisect_left(dec, cand[:3])
+                if dp >= hi:
+                    break
+                if b.tokens < 1:
+                    return  # nothing else can enter the batch
+                take = min(hi - dp, b.tokens)
+                if unit:
+                    take = int(min(take, b.free))
+                if take > 0:
+                    b.add_decodes([entry[2] for entry in dec[dp:dp + take]])
+                    b.free -= unit * take
+                    dp += take
+                    continue
+                if order is None:
+                    order = sorted(dec + [e[:3] for e in prefilling])
+                    back = len(order) - 1
+                    taken = {e[2] for e in fits}
+                    rest = [(*e, False) for e in window if e[2] not in taken and e > dec[dp]]
+                    if rest:  # evictions free KVs: every waiting candidate counts again
+                        cands = cands[:k] + sorted(cands[k:] + rest)
+                        cand = cands[k]
+                        continue
+                while back >= 0 and (status[order[back][2]] != RUNNING
+                                     or order[back][2] in members):
+                    back -= 1
+                if back < 0:
+                    dp += 1  # no victim: the decode is dropped
+                    continue
+                victim = order[back][2]
+                back -= 1
+                b.free += max(self._m(victim), self.reserve_to[victim])
+                self._evict(victim)  # leaves dec (at dp when the victim is the decode itself)
+            if cand is None:
+                break
+            k += 1
+            if b.prefill < 1 or b.tokens < 1:
+                k = len(cands)  # no chunk fits any more: only decodes are left
+                continue
+            if dp >= len(dec) and not tail_filtered:
+                # no decode (so no eviction) is left: free KVs only shrink from here
+                tail_filtered = True
+                cands = cands[:k] + [e for e in cands[k:] if e[3] or need_of(e[2]) <= b.free]
+            _, _, i, running = cand
+            if running:
+                if status[i] == RUNNING and i not in members:
+                    c = self._chunk(i, b)
+                    if c:
+                        b.add_chunk(i, c)
+            elif self.n_running < self.J and i not in self.just_evicted:
+                need = need_of(i)
+                c = self._chunk(i, b) if need <= b.free else 0
+                if c:
+                    self._take_waiting(i)
+                    self._admit(i, c, need, b)
+        if b.n_dec and b.n_dec == len(self.stream) + len(self.idle):
+            b.dec = []
+            b.all_decodes = True
+
+    def _rank_batch_one_by_one(self, b: _Batch) -> None:
+        """``_rank_batch`` entry by entry (decodes with different KV needs)."""
         waiting = self.waiting[:RANK_WINDOW]
         entries = [(self.key[i], self._arr[i], i, True) for i in self._running()]
         entries += [(k, a, i, False) for k, a, i in waiting]
