@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 
 import numpy as np
 
@@ -39,8 +40,8 @@ class DecodeStream:
         self.reserved = 0      # Σ m_reserve over the others
         self._grow_at: list[tuple[int, int, int]] = []
         self._done_at: list[tuple[int, int, int]] = []
-        self.starts: list[float] = []
-        self.ends: list[float] = []
+        self.starts = array("d")  # per stream iteration
+        self.ends = array("d")
         self.breaks: list[int] = []
         self.tenures: list[tuple[int, int, int, int]] = []
         self._tenure = [(0, -1)] * n
@@ -146,8 +147,8 @@ class DecodeStream:
     def advance(self, starts: np.ndarray, ends: np.ndarray) -> list[int]:
         """``len(starts)`` iterations in which every member decodes, none of them before the
         horizon; the members the last one finishes."""
-        self.starts.extend(starts[:-1].tolist())
-        self.ends.extend(ends[:-1].tolist())
+        self.starts.frombytes(np.ascontiguousarray(starts[:-1], dtype=float).tobytes())
+        self.ends.frombytes(np.ascontiguousarray(ends[:-1], dtype=float).tobytes())
         self.G += len(starts) - 1
         return self.step(float(starts[-1]), float(ends[-1]))
 
@@ -164,8 +165,8 @@ class DecodeStream:
         starts = np.empty(total)
         ends = np.empty(total)
         tokens = np.empty(total, dtype=np.int32)
-        g_start = np.asarray(self.starts)
-        g_end = np.asarray(self.ends)
+        g_start = np.frombuffer(self.starts, dtype=float)
+        g_end = np.frombuffer(self.ends, dtype=float)
         pos = 0
         for a in range(0, len(tenures), block):
             t, n, first = tenures[a:a + block], pieces[a:a + block], lo[a:a + block]

@@ -115,25 +115,25 @@ class Recorder:
         }, copy=False)[SEGMENT_COLUMNS]
 
     def iteration_frame(self) -> pd.DataFrame:
+        """The iterations table, by start time (phase categorical, counts 32-bit but KVs)."""
         self._flush_rows()
         if not self._iter:
             return pd.DataFrame(columns=ITERATION_COLUMNS)
         k, start, end, phase, bs, pt, dt, kv, ev, run = zip(*self._iter, strict=True)
+        self._iter = []
         k = np.asarray(k)
-        cols = {
-            "start_ms": _expand(list(start), k, float), "end_ms": _expand(list(end), k, float),
-            "phase": np.asarray(_ITER_PHASES, dtype=object)[_expand(list(phase), k, np.int64)],
-            "batch_size": _expand(list(bs), k, np.int64),
-            "prefill_tokens": _expand(list(pt), k, np.int64),
-            "decode_tokens": _expand(list(dt), k, np.int64),
-            "kv_tokens": _expand(list(kv), k, np.int64),
-            "evictions": _expand(list(ev), k, np.int64),
-            "running": _expand(list(run), k, np.int64),
-        }
-        order = np.argsort(cols["start_ms"], kind="stable")
-        frame = pd.DataFrame({c: v[order] for c, v in cols.items()})
-        frame.insert(0, "instance", self.instance)
-        return frame[ITERATION_COLUMNS]
+        starts = _expand(list(start), k, float)
+        order = np.argsort(starts, kind="stable")
+        cols = {"instance": np.full(len(order), self.instance, dtype=np.int32),
+                "start_ms": starts[order], "end_ms": _expand(list(end), k, float)[order],
+                "phase": pd.Categorical.from_codes(_expand(list(phase), k, np.int8)[order],
+                                                   categories=_ITER_PHASES)}
+        del starts
+        for name, values, dtype in (("batch_size", bs, np.int32), ("prefill_tokens", pt, np.int32),
+                                    ("decode_tokens", dt, np.int32), ("kv_tokens", kv, np.int64),
+                                    ("evictions", ev, np.int32), ("running", run, np.int32)):
+            cols[name] = _expand(list(values), k, dtype)[order]
+        return pd.DataFrame(cols, copy=False)[ITERATION_COLUMNS]
 
 
 def merge(schedules: list[Schedule], policy: str, clients: int) -> Schedule:
