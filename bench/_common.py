@@ -7,6 +7,7 @@ import os
 import platform
 import re
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +64,16 @@ def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def python_loop_s() -> float:
+    """Seconds for 10⁷ iterations of a Python loop: how fast this machine was at the time (a
+    shared VM's speed varies by 2–3× over a day)."""
+    t0 = time.perf_counter()
+    total = 0
+    for k in range(10 ** 7):
+        total += k
+    return time.perf_counter() - t0
 
 
 def command_line() -> str:

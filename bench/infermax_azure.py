@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from _common import ROOT, command_line, header, update_section
+from _common import ROOT, command_line, header, python_loop_s, update_section
 
 INSTANCE = ROOT / "instances" / "paper" / "azure-conv-infermax.yaml"
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
@@ -24,16 +24,6 @@ SHOWN = ("vllm", "sarathi", "sarathi-pc", "vllm-ef", "sarathi-ef", "evict-short"
          "vllm-unlimited")  # the reproduction table; the speed table has every scheduler
 PAPER_S = {"vllm": "≈ 7K", "sarathi": "≈ 7K", "sarathi-pc": "≈ 7K", "evict-short": "≈ 6K",
            "vllm-unlimited": "≈ 5K"}
-
-
-def python_loop_s() -> float:
-    """Seconds for 10⁷ iterations of a Python loop: how fast this machine was at the time (a
-    shared VM's speed varies by 2–3× over a day)."""
-    t0 = time.perf_counter()
-    total = 0
-    for k in range(10 ** 7):
-        total += k
-    return time.perf_counter() - t0
 
 
 def one(policy: str, repeat: int) -> dict:
@@ -45,7 +35,9 @@ def one(policy: str, repeat: int) -> dict:
     inst = load_instance(INSTANCE)
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     times = []
+    sched = None
     for _ in range(repeat):
+        sched = None  # the peak is one replay's, not two schedules side by side
         t0 = time.perf_counter()
         sched = replay(inst, policy)
         times.append(time.perf_counter() - t0)

@@ -12,6 +12,10 @@ A :class:`Schedule` holds three tables (pandas DataFrames):
 ``requests``   one row per request: ``request, instance, client, input_tokens, output_tokens,
                arrival_ms, first_token_ms, finish_ms, evictions``.
 
+Tables from the replay engines are compact: ``request`` and ``phase`` are pandas categoricals and
+counts are 32-bit (a trace replay can have millions of segments); compare them with strings as
+usual, and use ``.astype(str)`` before sorting by name.
+
 Metrics follow the papers: makespan (total inference time), utilization = busy client-time /
 (clients × makespan) with busy time the sum of segment durations (Pang et al. 2025, Figs 6–9),
 output tokens per second, and TTFT (first output token − arrival), TPOT ((finish − first token)

@@ -423,16 +423,13 @@ class ContinuousEngine:
             need_of = self.S.__getitem__  # the reservation of a waiting request is its S
         else:
             need_of = self._reservation
-        # a waiting request fits only if its reservation fits in what the decodes ranked before
-        # it leave (until an eviction: then the others come back, see `rest` below)
         if self.n_running >= self.J:
             fits = []
+        elif need_of == self.S.__getitem__:
+            S = self.S
+            fits = [(k, a, i, False) for k, a, i in window if S[i] <= free0]
         else:
-            split = bisect.bisect_right(window, dec[-1]) if dec else 0  # after every decode
-            last = free0 - unit * len(dec)
-            fits = [(k, a, i, False) for k, a, i in window[:split] if need_of(i) <= free0
-                    and need_of(i) <= free0 - unit * bisect.bisect_left(dec, (k, a, i))]
-            fits += [(k, a, i, False) for k, a, i in window[split:] if need_of(i) <= last]
+            fits = [(k, a, i, False) for k, a, i in window if need_of(i) <= free0]
         cands = sorted(prefilling + fits) if fits else prefilling
         order: list[tuple] | None = None  # the running order, built at the first eviction
         back = dp = k = 0
