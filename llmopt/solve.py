@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from llmopt.errors import OptionError
-from llmopt.formulations import PROBLEMS
 from llmopt.instance import Instance
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
@@ -15,6 +14,13 @@ from llmopt.result import Result
 DEFAULT_PROBLEM = "binpacking"
 DEFAULT_SOLVER = "auto"
 DEFAULT_TIME_LIMIT_S = 60.0
+
+
+def _problems() -> dict:
+    # the formulations (Pyomo, OR-Tools, HiGHS) load on first use, not with every replay
+    from llmopt.formulations import PROBLEMS
+
+    return PROBLEMS
 
 
 def resolve_options(instance: Instance, problem: str | None, solver: str | None,
@@ -25,11 +31,11 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
     if time_limit_s is None:
         time_limit_s = instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
     field_of = "solve.problem" if instance.solve.problem == problem else "--problem"
-    if problem not in PROBLEMS:
-        raise OptionError(f"unknown problem (known: {', '.join(PROBLEMS)})",
+    if problem not in _problems():
+        raise OptionError(f"unknown problem (known: {', '.join(_problems())})",
                           file=instance.label() if field_of.startswith("solve") else None,
                           field=field_of, value=problem)
-    solvers = PROBLEMS[problem].SOLVERS
+    solvers = _problems()[problem].SOLVERS
     if solver not in solvers:
         from_file = instance.solve.solver == solver
         raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
@@ -47,7 +53,7 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
     when the time limit is hit or the run is interrupted. ``options`` are the problem's own
     (pd-competition: formulation, bins, literal, time_model)."""
     problem, solver, time_limit_s = resolve_options(instance, problem, solver, time_limit_s)
-    accepted = set(inspect.signature(PROBLEMS[problem].solve).parameters)
+    accepted = set(inspect.signature(_problems()[problem].solve).parameters)
     unknown = sorted(k for k, v in options.items() if v is not None and k not in accepted)
     if unknown:
         raise OptionError(f"not an option of problem {problem}", field=f"--{unknown[0]}",
@@ -55,7 +61,7 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
     given = {k: v for k, v in options.items() if v is not None}
     logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
     try:
-        return PROBLEMS[problem].solve(instance, solver=solver, time_limit_s=time_limit_s,
-                                       progress=progress, **given)
+        return _problems()[problem].solve(instance, solver=solver,
+                                          time_limit_s=time_limit_s, progress=progress, **given)
     finally:
         progress.done()
