@@ -205,9 +205,7 @@ class ContinuousEngine:
     def _held(self) -> float:
         """KV memory held by the running requests: Σ max(m, m_reserve)."""
         m, r = self.m, self.reserve_to
-        other = sum(m[i] if m[i] > r[i] else r[i] for i in self.prefilling)
-        if self.idle:
-            other += sum(m[i] if m[i] > r[i] else r[i] for i in self.idle)
+        other = sum(m[i] if m[i] > r[i] else r[i] for i in (*self.prefilling, *self.idle))
         return self.stream.held() + other
 
     def _reservation(self, i: int) -> int:
