@@ -3,6 +3,7 @@ CSP on both back ends against brute force and against every heuristic."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -98,7 +99,37 @@ TINY_OFFLINE = [
     ([(3, 3), (1, 2), (2, 3)], 5, 3),
     ([(2, 1), (2, 3), (4, 1)], 5, 4),
     ([(1, 3), (2, 2), (3, 2)], 6, 16),
+    ([(2, 2), (2, 2), (2, 2)], 4, 8),      # generation-bound: lexicographic symmetry break
+    ([(1, 3), (1, 3), (2, 2)], 4, 8),      # memory-bound: finishing-order symmetry break
 ]
+
+
+def test_tiny_cases_cover_both_symmetry_breaks():
+    bound = {}
+    for requests, M, C in TINY_OFFLINE[-2:]:
+        data = infermax_csp.CSPData.from_instance(make([(i, o, 0.0) for i, o in requests], M, C))
+        assert data.interchangeable_pairs()
+        bound[len(bound)] = data.batches_for_generation() > data.batches_for_memory()
+    assert bound == {0: True, 1: False}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_generation_weight_cap_equals_enumeration(seed):
+    # a batch scores 1 per request generating its first token (holding ≥ I KVs) and 2 per
+    # request generating a later one (holding ≥ I + 1); the cap is the best score within M
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 6))
+    requests = [(int(rng.integers(1, 9)), int(rng.integers(1, 4)), 0.0) for _ in range(n)]
+    M = int(rng.integers(max(i for i, _, _ in requests) + 2, 30))
+    data = infermax_csp.CSPData.from_instance(make(requests, M))
+    best = 0
+    for levels in itertools.product((0, 1, 2), repeat=n):
+        if any(lv == 2 and o == 1 for lv, (_, o, _) in zip(levels, requests, strict=True)):
+            continue
+        held = sum(i + (lv == 2) for lv, (i, _, _) in zip(levels, requests, strict=True) if lv)
+        if held <= M:
+            best = max(best, sum(levels))
+    assert data.generation_weight_cap() == best
 
 
 def contended(seed=3, n=120):

@@ -24,6 +24,15 @@ and refill tokens of a batch ≤ P), finished requests process nothing, and the 
 (batch j starts at the end of batch j − 1 plus an idle time, and a request is in no batch that
 starts before it arrives). An eviction needs KVs to free.
 
+Redundant constraints, for the relaxation (none removes a schedule): every token is processed
+once plus what evictions freed; a request generating its t-th token holds I + t − 1 KVs (so
+the batches' KVs give a floor on their number); and, where that floor is weaker than the one
+from generation, a cap per batch on a score of 1 per first token and 2 per later token
+(``CSPData.generation_weight_cap``). Symmetry: interchangeable requests (same I, O, arrival) are
+numbered in lexicographic order of their S trajectories where the generation cap applies, in
+finishing order elsewhere; on the Fig. 15 points each choice is the faster one for its regime
+(docs/benchmarks.md).
+
 Objective: the end of the last batch, batch times by the InferMax cost model (section 3.2):
 T_j = bias·[batch non-empty] + per_token·Σ c + decode_kv·Σ_decode m + prefill_attention·
 Σ_prefill (c² + 2mc) + per_prefill_request·(prefill chunks). The quadratic term is exact: CP-SAT
@@ -103,13 +112,50 @@ class CSPData:
     def coef(self, name: str) -> int:
         return round(getattr(self.profile, name) * self.scale)
 
-    def interchangeable_pairs(self) -> list[tuple[int, int]]:
-        """Consecutive requests (a, b) with the same I, O and arrival: either model may number
-        such requests in finishing order (b done ⇒ a done), a symmetry break."""
+    def generation_weight_cap(self) -> int:
+        """The most a batch can score when each request generating its first token scores 1
+        and each generating a later token scores 2.
+
+        A request generating a token holds its S_{j−1} KVs in that batch: at least I_i for the
+        first token and I_i + 1 for a later one; the batch holds at most M (constraint 4). The
+        cap is a small knapsack over requests (for each reachable score, the fewest KVs).
+        Summed over batches, the scores are Σ_i (2·O_i − 1), so this caps the throughput of
+        generation that the LP relaxation sees: a redundant cut, exact for integer solutions.
+        """
+        fewest = {0: 0}
+        for i in range(self.n):
+            step = dict(fewest)
+            options = [(1, int(self.I[i]))] + ([(2, int(self.I[i]) + 1)] if self.O[i] > 1 else [])
+            for score, kvs in fewest.items():
+                for add, held in options:
+                    if kvs + held <= self.M and kvs + held < step.get(score + add, self.M + 1):
+                        step[score + add] = kvs + held
+            fewest = step
+        return max(fewest)
+
+    def batches_for_generation(self) -> int:
+        """Non-empty batches any schedule needs, from the scores of ``generation_weight_cap``
+        (Σ_i (2·O_i − 1) in all, at most the cap per batch)."""
+        return math.ceil(int((2 * self.O - 1).sum()) / self.generation_weight_cap())
+
+    def batches_for_memory(self) -> int:
+        """Non-empty batches any schedule needs, from memory: generating its t-th token, a
+        request holds at least I + t − 1 KVs, and a batch holds at most M."""
+        held = int((self.O * self.I + self.O * (self.O - 1) // 2).sum())
+        return math.ceil(held / self.M)
+
+    def interchangeable_groups(self) -> list[list[int]]:
+        """Requests with the same I, O and arrival: renumbering them within a group maps
+        schedules onto schedules, so the models may order them (a symmetry break)."""
         groups: dict[tuple, list[int]] = {}
         for i in range(self.n):
             groups.setdefault((int(self.I[i]), int(self.O[i]), float(self.T[i])), []).append(i)
-        return [pair for members in groups.values() for pair in itertools.pairwise(members)]
+        return list(groups.values())
+
+    def interchangeable_pairs(self) -> list[tuple[int, int]]:
+        """Consecutive members (a, b) of each interchangeable group."""
+        return [pair for members in self.interchangeable_groups()
+                for pair in itertools.pairwise(members)]
 
 
 # --------------------------------------------------------------------- plans and trajectories
@@ -187,6 +233,7 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     offline = not (data.T > 0).any()
     big_t = int((upper_ms or 1e7) * data.scale * 2) + 1
     kv_cap = [int(data.I[i] + data.O[i] - 1) for i in range(n)]
+    generation_bound = data.batches_for_generation() > data.batches_for_memory()
     S = [[None] * (N + 1) for _ in range(n)]
     m = [[None] * (N + 1) for _ in range(n)]
     c = [[None] * (N + 1) for _ in range(n)]
@@ -197,10 +244,11 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     start = [md.NewIntVar(0, big_t, f"start{j}") for j in range(N + 1)]
     end = [md.NewIntVar(0, big_t, f"end{j}") for j in range(N + 1)]
     md.Add(end[0] == 0)
-    tokens_j, units_j, kvr_j, chunks_j, occ_j, ptok_j, gheld_j = (
-        [[] for _ in range(N + 1)] for _ in range(7))
+    tokens_j, units_j, kvr_j, chunks_j, occ_j, ptok_j, gheld_j, score_j = (
+        [[] for _ in range(N + 1)] for _ in range(8))
     occ_i: list[list] = [[] for _ in range(n)]
     freed_i: list[list] = [[] for _ in range(n)]
+    later_i: list[list] = [[] for _ in range(n)]
     for i in range(n):
         Ii, Oi = int(data.I[i]), int(data.O[i])
         S[i][0] = md.NewConstant(Ii)
@@ -304,19 +352,26 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
             md.AddBoolAnd([g, gen]).OnlyEnforceIf(gen_g)
             md.AddBoolOr([g.Not(), gen.Not()]).OnlyEnforceIf(gen_g.Not())
             gheld_j[j].append(Ii * g + gen_g)
+            score_j[j].append(g + gen_g)
+            later_i[i].append(gen_g)
             ptok_j[j].append(ptok)
         md.Add(done[i][N] == 1)                                         # termination
         # redundant, for the relaxation: every token is processed once plus what evictions
         # freed; the request holds I + t − 1 KVs in the batch of its t-th token
         md.Add(sum(c[i][j] for j in range(1, N + 1)) == Ii + Oi - 1 + sum(freed_i[i]))
         md.Add(sum(occ_i[i]) >= Oi * Ii + Oi * (Oi - 1) // 2)
+        if generation_bound:
+            md.Add(sum(later_i[i]) == Oi - 1)         # every token but the first is a later one
     nonempty = []
+    score_cap = data.generation_weight_cap()
     for j in range(1, N + 1):
         tok = sum(tokens_j[j])
         ne = md.NewBoolVar(f"ne{j}")
         md.Add(tok <= data.C * ne)                                      # (4)
         md.Add(sum(occ_j[j]) <= data.M * ne)                            # (4), held only while busy
         md.Add(sum(gheld_j[j]) <= data.M)
+        if generation_bound:
+            md.Add(sum(score_j[j]) <= score_cap * ne)
         md.Add(sum(ptok_j[j]) <= data.P)                                # chunked prefill budget
         md.Add(tok >= 1).OnlyEnforceIf(ne)
         md.Add(tok == 0).OnlyEnforceIf(ne.Not())
@@ -334,20 +389,45 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     for j in range(len(nonempty) - 1):                # empty batches last
         md.AddImplication(nonempty[j + 1], nonempty[j])
     for a, b in data.interchangeable_pairs():
-        for j in range(1, N + 1):
-            md.AddImplication(done[b][j], done[a][j])
+        if generation_bound:
+            _lex_at_least(md, S[a][1:], S[b][1:])
+        else:
+            for j in range(1, N + 1):
+                md.AddImplication(done[b][j], done[a][j])
     md.Minimize(end[N])
     if hint:
         _hint(md, data, hint, N, {"S": S, "m": m, "c": c, "e": e})
     return md, {"c": c, "e": e, "m": m, "dec": dec, "end": end, "start": start}
 
 
+def _lex_at_least(md, xs: list, ys: list) -> None:
+    """xs ≥ ys lexicographically: at the first batch where the two differ, xs is ahead."""
+    equal_so_far = None
+    for x, y in zip(xs, ys, strict=True):
+        at_least = md.Add(x >= y)
+        if equal_so_far is not None:
+            at_least.OnlyEnforceIf(equal_so_far)
+        ahead = md.NewBoolVar("")
+        md.Add(x >= y + 1).OnlyEnforceIf(ahead)
+        md.Add(x <= y).OnlyEnforceIf(ahead.Not())
+        equal = md.NewBoolVar("")
+        prefix = [ahead.Not()] + ([equal_so_far] if equal_so_far is not None else [])
+        md.AddBoolAnd(prefix).OnlyEnforceIf(equal)
+        md.AddBoolOr([lit.Not() for lit in prefix]).OnlyEnforceIf(equal.Not())
+        equal_so_far = equal
+
+
 def _hint(md, data: CSPData, plan: list[dict[str, Any]], N: int, var: dict) -> None:
     tr = trajectories(data, plan + [{"evict": [], "prefill": {}, "decode": []}] * (N - len(plan)))
+    row = list(range(data.n))       # renumbered to meet the lexicographic symmetry break
+    for members in data.interchangeable_groups():
+        ranked = sorted(members, key=lambda i: tuple(tr["S"][i, 1:]), reverse=True)
+        for k, i in zip(members, ranked, strict=True):
+            row[k] = i
     for i in range(data.n):
         for j in range(1, N + 1):
             for name in ("S", "m", "c", "e"):
-                md.AddHint(var[name][i][j], int(tr[name][i, j]))
+                md.AddHint(var[name][i][j], int(tr[name][row[i], j]))
 
 
 # --------------------------------------------------------------------- solve
