@@ -65,14 +65,15 @@ class _Batch:
     def add_decodes(self, idx: list[int]) -> None:
         self.dec.extend(idx)
         self.members.update(idx)
-        self._count_decodes(len(idx))
+        self.count_decodes(len(idx))
 
     def add_all_decodes(self, n: int) -> None:
         """Every running request in the decode phase (``n`` of them) decodes."""
         self.all_decodes = True
-        self._count_decodes(n)
+        self.count_decodes(n)
 
-    def _count_decodes(self, n: int) -> None:
+    def count_decodes(self, n: int) -> None:
+        """``n`` more decodes, their requests listed later (``dec``/``all_decodes``)."""
         self.n_dec += n
         self.tokens -= n
         self.phase = self.phase or "decode"
@@ -412,7 +413,8 @@ class ContinuousEngine:
         that moves up from the bottom of the running order (it never passes the decode being
         added, which would be the victim itself). Until the first eviction, free KVs only
         shrink, so waiting requests whose reservation does not fit now are left out until
-        then."""
+        then, and so are those ranked after every decode whose reservation does not fit in
+        what the decodes leave."""
         status, members, dec = self.status, b.members, self.dec_keys  # dec: live, sorted
         prefilling = sorted((self.key[i], self._arr[i], i, True) for i in self.prefilling)
         window = self.waiting[:RANK_WINDOW]
@@ -421,13 +423,17 @@ class ContinuousEngine:
             need_of = self.S.__getitem__  # the reservation of a waiting request is its S
         else:
             need_of = self._reservation
+        after_all = free0 - unit * len(dec)  # free KVs at most, after every decode
+        last = dec[-1] if dec else None
         if self.n_running >= self.J:
             fits = []
         elif need_of == self.S.__getitem__:
             S = self.S
-            fits = [(k, a, i, False) for k, a, i in window if S[i] <= free0]
+            fits = [(*e, False) for e in window
+                    if (s := S[e[2]]) <= after_all or (s <= free0 and e < last)]
         else:
-            fits = [(k, a, i, False) for k, a, i in window if need_of(i) <= free0]
+            fits = [(*e, False) for e in window
+                    if (s := need_of(e[2])) <= after_all or (s <= free0 and e < last)]
         cands = sorted(prefilling + fits) if fits else prefilling
         order: list[tuple] | None = None  # the running order, built at the first eviction
         back = dp = k = 0
@@ -435,18 +441,21 @@ class ContinuousEngine:
         while True:
             cand = cands[k] if k < len(cands) else None
             while True:  # the decodes ranked before cand
-                hi = len(dec) if cand is None else bisect.bisect_left(dec, cand[:3])
+                hi = len(dec) if cand is None else bisect.bisect_left(dec, cand)
                 if dp >= hi:
                     break
                 if b.tokens < 1:
+                    self._decodes_taken(b, dp)
                     return  # nothing else can enter the batch
-                take = min(hi - dp, b.tokens)
-                if unit:
-                    take = int(min(take, b.free))
+                take = hi - dp if hi - dp <= b.tokens else b.tokens
+                if unit and take > b.free:
+                    take = int(b.free)
                 if take > 0:
-                    b.add_decodes([entry[2] for entry in dec[dp:dp + take]])
+                    b.count_decodes(take)
                     b.free -= unit * take
                     dp += take
+                    if dp == hi:
+                        break  # every decode before cand is in (none left, none evicted)
                     continue
                 if order is None:
                     order = sorted(dec + [e[:3] for e in prefilling])
@@ -489,9 +498,16 @@ class ContinuousEngine:
                 if c:
                     self._take_waiting(i)
                     self._admit(i, c, need, b)
-        if b.n_dec and b.n_dec == len(self.stream) + len(self.idle):
-            b.dec = []
-            b.all_decodes = True
+        self._decodes_taken(b, dp)
+
+    def _decodes_taken(self, b: _Batch, dp: int) -> None:
+        """The decodes of a ranked batch are the first ``dp`` decoders in rank order (victims
+        only ever leave below them)."""
+        if b.n_dec == len(self.stream) + len(self.idle):
+            b.all_decodes = bool(b.n_dec)
+        else:
+            b.dec = [entry[2] for entry in self.dec_keys[:dp]]
+            b.members.update(b.dec)
 
     def _rank_batch_one_by_one(self, b: _Batch) -> None:
         """``_rank_batch`` entry by entry (decodes with different KV needs)."""
