@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from itertools import compress
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,19 @@ RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per bat
 class _Batch:
     """A batch being formed: prefill/refill chunks, decodes (every request in the decode phase,
     or an explicit list), KV and token budgets, phase so far."""
+
+    __slots__ = (
+        "all_decodes",
+        "chunks",
+        "dec",
+        "free",
+        "members",
+        "n_dec",
+        "phase",
+        "pre",
+        "prefill",
+        "tokens",
+    )
 
     def __init__(self, free: float, tokens: int, prefill: int) -> None:
         self.free, self.tokens, self.prefill = free, tokens, prefill
@@ -131,6 +145,7 @@ class ContinuousEngine:
         self.free_slots = list(range(self.J))
         heapq.heapify(self.free_slots)
         self.waiting: list[tuple] = []  # (key, arrival, request), sorted: highest priority first
+        self.waiting_S: list[int] = []  # their S, alongside (fixed while a request waits)
         self.n_running = 0
         self.dec_keys: list[tuple] | None = [] if config.groups == "rank" else None
         self.steady_runs = config.groups != "rank"
@@ -166,11 +181,15 @@ class ContinuousEngine:
         return self.arr
 
     def _push_waiting(self, i: int) -> None:
-        bisect.insort(self.waiting, (self.key[i], self._arr[i], i))
+        entry = (self.key[i], self._arr[i], i)
+        at = bisect.bisect_left(self.waiting, entry)
+        self.waiting.insert(at, entry)
+        self.waiting_S.insert(at, self.S[i])
 
     def _take_waiting(self, i: int) -> None:
-        entry = (self.key[i], self._arr[i], i)
-        del self.waiting[bisect.bisect_left(self.waiting, entry)]
+        at = bisect.bisect_left(self.waiting, (self.key[i], self._arr[i], i))
+        del self.waiting[at]
+        del self.waiting_S[at]
 
     def _into_decode_phase(self, i: int) -> None:
         self.prefilling.discard(i)
@@ -206,7 +225,8 @@ class ContinuousEngine:
     def _held(self) -> float:
         """KV memory held by the running requests: Σ max(m, m_reserve)."""
         m, r = self.m, self.reserve_to
-        other = sum(m[i] if m[i] > r[i] else r[i] for i in (*self.prefilling, *self.idle))
+        other = sum(m[i] if m[i] > r[i] else r[i] for i in (*self.prefilling, *self.idle)) \
+            if self.prefilling or self.idle else 0
         return self.stream.held() + other
 
     def _reservation(self, i: int) -> int:
@@ -323,6 +343,7 @@ class ContinuousEngine:
             if c == 0 or need > b.free:
                 break
             del self.waiting[0]
+            del self.waiting_S[0]
             self._admit(i, c, need, b)
 
     def _decode_needs(self, i: int) -> int:
@@ -401,7 +422,9 @@ class ContinuousEngine:
         takes a chunk; each of the first RANK_WINDOW waiting requests is admitted if a slot,
         a chunk and its reservation fit."""
         n_dec = len(self.stream) + len(self.idle)
-        needs = self.stream.needs() + sum(self._decode_needs(i) for i in self.idle)
+        needs = self.stream.needs()
+        if self.idle:
+            needs += sum(self._decode_needs(i) for i in self.idle)
         if not self.cfg.hybrid or needs not in (0, n_dec):
             self._rank_batch_one_by_one(b)
             return
@@ -413,34 +436,48 @@ class ContinuousEngine:
         that moves up from the bottom of the running order (it never passes the decode being
         added, which would be the victim itself). Until the first eviction, free KVs only
         shrink, so waiting requests whose reservation does not fit now are left out until
-        then, and so are those ranked after every decode whose reservation does not fit in
-        what the decodes leave."""
+        then, and so are those whose reservation does not fit in what the decodes ranked
+        before them leave. Candidates are (key, arrival, request) like the decoders; the
+        running ones are those in a prefill (a candidate evicted in this batch is skipped as
+        just evicted)."""
         status, members, dec = self.status, b.members, self.dec_keys  # dec: live, sorted
-        prefilling = sorted((self.key[i], self._arr[i], i, True) for i in self.prefilling)
+        bisect_left = bisect.bisect_left
+        key, arr, just_evicted = self.key, self._arr, self.just_evicted
+        prefilling = sorted((key[i], arr[i], i) for i in self.prefilling)
         window = self.waiting[:RANK_WINDOW]
         free0 = b.free
-        if self.cfg.histogram_quantile is None and not self.cfg.eviction_free:
-            need_of = self.S.__getitem__  # the reservation of a waiting request is its S
-        else:
-            need_of = self._reservation
+        reserve_S = self.cfg.histogram_quantile is None and not self.cfg.eviction_free
+        need_of = self.S.__getitem__ if reserve_S else self._reservation
         after_all = free0 - unit * len(dec)  # free KVs at most, after every decode
         last = dec[-1] if dec else None
         if self.n_running >= self.J:
             fits = []
-        elif need_of == self.S.__getitem__:
-            S = self.S
-            fits = [(*e, False) for e in window
-                    if (s := S[e[2]]) <= after_all or (s <= free0 and e < last)]
+        elif reserve_S:  # the reservation of a waiting request is its S
+            S, within = self.S, map(float(free0).__ge__, self.waiting_S[:RANK_WINDOW])
+            fits = [e for e in compress(window, within)
+                    if (s := S[e[2]]) <= after_all
+                    or (e < last and s <= free0 - unit * bisect_left(dec, e))]
         else:
-            fits = [(*e, False) for e in window
-                    if (s := need_of(e[2])) <= after_all or (s <= free0 and e < last)]
-        cands = sorted(prefilling + fits) if fits else prefilling
+            fits = [e for e in window
+                    if (s := need_of(e[2])) <= after_all
+                    or (s <= free0 and e < last and s <= free0 - unit * bisect_left(dec, e))]
+        cands = sorted(prefilling + fits) if prefilling and fits else prefilling or fits
         order: list[tuple] | None = None  # the running order, built at the first eviction
         back = dp = k = 0
-        tail_filtered = False
         while True:
             cand = cands[k] if k < len(cands) else None
+            if cand is not None and status[cand[2]] != RUNNING and need_of(cand[2]) > b.free:
+                # free KVs only shrink until the decode that runs short of them: the waiting
+                # candidates ranked before it that do not fit now are passed over at once
+                reach = max(dp, dp + int(b.free // unit)) if unit else len(dec)
+                bound = dec[reach] if reach < len(dec) else None
+                while cand is not None and (bound is None or cand < bound) \
+                        and status[cand[2]] != RUNNING and need_of(cand[2]) > b.free:
+                    k += 1
+                    cand = cands[k] if k < len(cands) else None
             while True:  # the decodes ranked before cand
+                if dp >= len(dec):
+                    break
                 hi = len(dec) if cand is None else bisect.bisect_left(dec, cand)
                 if dp >= hi:
                     break
@@ -458,13 +495,18 @@ class ContinuousEngine:
                         break  # every decode before cand is in (none left, none evicted)
                     continue
                 if order is None:
-                    order = sorted(dec + [e[:3] for e in prefilling])
+                    order = sorted(dec + prefilling) if prefilling else dec[:]
                     back = len(order) - 1
-                    taken = {e[2] for e in fits}
-                    rest = [(*e, False) for e in window if e[2] not in taken and e > dec[dp]]
-                    if rest:  # evictions free KVs: every waiting candidate counts again
-                        cands = cands[:k] + sorted(cands[k:] + rest)
-                        cand = cands[k]
+                    # evictions free KVs: every waiting candidate ranked after this decode
+                    # counts again (the running ones left are still candidates)
+                    start = bisect.bisect_right(window, dec[dp])
+                    if start < len(window):
+                        running_left = [e for e in cands[k:] if status[e[2]] == RUNNING]
+                        cands = window[start:]
+                        if running_left:
+                            cands = sorted(cands + running_left)
+                        k = 0
+                        cand = cands[0]
                         continue
                 while back >= 0 and (status[order[back][2]] != RUNNING
                                      or order[back][2] in members):
@@ -482,23 +524,31 @@ class ContinuousEngine:
             if b.prefill < 1 or b.tokens < 1:
                 k = len(cands)  # no chunk fits any more: only decodes are left
                 continue
-            if dp >= len(dec) and not tail_filtered:
-                # no decode (so no eviction) is left: free KVs only shrink from here
-                tail_filtered = True
-                cands = cands[:k] + [e for e in cands[k:] if e[3] or need_of(e[2]) <= b.free]
-            _, _, i, running = cand
-            if running:
-                if status[i] == RUNNING and i not in members:
+            i = cand[2]
+            if status[i] == RUNNING:
+                if i not in members:
                     c = self._chunk(i, b)
                     if c:
                         b.add_chunk(i, c)
-            elif self.n_running < self.J and i not in self.just_evicted:
+            elif self.n_running < self.J and i not in just_evicted:
                 need = need_of(i)
-                c = self._chunk(i, b) if need <= b.free else 0
-                if c:
-                    self._take_waiting(i)
-                    self._admit(i, c, need, b)
+                if need <= b.free:
+                    c = self._chunk(i, b)
+                    if c:
+                        self._take_waiting(i)
+                        self._admit(i, c, need, b)
+                        if order is None and dp < len(dec):
+                            # until an eviction, free KVs only shrink (one widens the
+                            # candidates again); the candidates after every decode cost
+                            # little without the filter
+                            cands = cands[:k] + self._fitting(cands[k:], b.free, need_of)
         self._decodes_taken(b, dp)
+
+    def _fitting(self, cands: list[tuple], free: float, need_of) -> list[tuple]:
+        """The candidates that may still enter: running ones, and waiting ones whose
+        reservation fits in ``free``."""
+        status = self.status
+        return [e for e in cands if status[e[2]] == RUNNING or need_of(e[2]) <= free]
 
     def _decodes_taken(self, b: _Batch, dp: int) -> None:
         """The decodes of a ranked batch are the first ``dp`` decoders in rank order (victims
@@ -563,7 +613,7 @@ class ContinuousEngine:
         units = sum(c * c + 2 * m[i] * c for i, c in zip(pre, chunks, strict=True))
         start = self.t
         end = start + self.profile.batch_ms(pre_tokens + n_dec, decode_kv, units, len(pre))
-        other_kv = sum(m[i] for i in self.prefilling) + sum(m[i] for i in self.idle)
+        other_kv = sum(map(m.__getitem__, self.prefilling)) + sum(map(m.__getitem__, self.idle))
         finished = []  # by their prefill or refill, then by decoding
         for i, c in zip(pre, chunks, strict=True):
             self.rec.segment(i, self.slot[i], "refill" if gen[i] >= 1 else "prefill", start,
