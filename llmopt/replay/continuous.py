@@ -148,7 +148,7 @@ class ContinuousEngine:
         self.waiting_S: list[int] = []  # their S, alongside (fixed while a request waits)
         self.n_running = 0
         self.dec_keys: list[tuple] | None = [] if config.groups == "rank" else None
-        self.steady_runs = config.groups != "rank"
+        self.steady_runs = True
         self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
         self.t = 0.0
         self.rec = Recorder(instance_index)
@@ -647,12 +647,13 @@ class ContinuousEngine:
     def _steady_rounds(self, b: _Batch, next_arrival: int | None) -> int:
         """How many iterations, from this one, are the same batch: every running request
         decodes and nothing else. Until a member outgrows its reservation or finishes, the
-        KVs run short, or an arrival could be admitted, the schedulers (vLLM and SARATHI
-        groups; ranked ones are left alone) form it again:
+        KVs run short, or an arrival could be admitted, the schedulers form it again:
         the running requests in a prefill wait (without hybrid batching) or there are none,
         and no waiting request is admitted — no free slot, SARATHI without hybrid batching
         (decodes first), or a queue head whose reservation does not fit (FCFS: arrivals queue
-        behind it, and free KVs only shrink)."""
+        behind it, and free KVs only shrink). A ranked batch that admitted none of its
+        waiting candidates admits none of them later either (free KVs only shrink); only an
+        arrival could enter."""
         cfg, stream = self.cfg, self.stream
         if b.pre or not b.all_decodes or self.idle or self.evicted_now \
                 or (cfg.hybrid and self.prefilling):
@@ -660,7 +661,7 @@ class ContinuousEngine:
         needs = stream.needs()
         free = self.M - self._held()
         blocked = self.n_running >= self.J or (cfg.groups == "sarathi" and not cfg.hybrid)
-        if not blocked and self.waiting:
+        if not blocked and self.waiting and cfg.groups != "rank":
             head = self.waiting[0][2]
             if self._reservation(head) <= free - (needs if cfg.groups == "sarathi" else 0):
                 return 1
@@ -670,9 +671,25 @@ class ContinuousEngine:
             rounds = min(rounds, free // needs)
         rounds = int(min(rounds, 1 << 20))
         if rounds > 1 and not blocked and next_arrival is not None:
-            starts = self._decode_times(rounds)[0]
-            rounds = 1 + int(np.count_nonzero(starts[1:] + 1e-9 < self._arr[next_arrival]))
+            rounds = self._rounds_before(self._arr[next_arrival], rounds)
         return max(rounds, 1)
+
+    def _rounds_before(self, arrival: float, rounds: int, stepwise: int = 32) -> int:
+        """How many of ``rounds`` decode-only iterations of the whole stream from now start
+        before ``arrival`` (the first always counts); the first ``stepwise`` are timed one by
+        one, as an arrival is often near, the rest with numpy (the same sums either way)."""
+        prof, n = self.profile, len(self.stream)
+        per_batch = prof.bias_ms + prof.per_token_ms * n
+        kv, t = self.stream.kv(), self.t
+        for r in range(1, min(rounds, stepwise)):
+            t += per_batch + prof.decode_kv_ms * kv
+            kv += n
+            if not t + 1e-9 < arrival:
+                return r
+        if rounds <= stepwise:
+            return rounds
+        starts = self._decode_times(rounds)[0]
+        return 1 + int(np.count_nonzero(starts[1:] + 1e-9 < arrival))
 
     def _decode_times(self, rounds: int) -> tuple[np.ndarray, np.ndarray]:
         """Starts and ends of ``rounds`` decode-only iterations of the whole stream from now,
