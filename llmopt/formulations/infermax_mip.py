@@ -8,6 +8,10 @@ the list), written with big-M indicator constraints. Products are linearised exa
 - online, the chunk size is expanded in binary, c = Σ_b 2^b x_b, so c² = Σ_bb' 2^(b+b') x_b x_b'
   and m·c = Σ_b 2^b (x_b · m): products of two binaries or of a binary and a bounded integer.
 
+The redundant constraints are those of the CP-SAT model. Among them is the generation cap,
+where a later token in batch j is g_ij − (y_ij1 − y_i,j−1,1). Symmetry is broken by finishing
+order only.
+
 Every cost coefficient is non-negative and the objective is minimised, so each product only
 needs its lower envelope (z ≥ x + x' − 1, w ≥ m − K(1 − x)): at an optimum the cost terms sit
 on them, which makes the linearisation exact.
@@ -122,9 +126,14 @@ def build(data: CSPData, N: int) -> pyo.ConcreteModel:
         # redundant, as in the CP-SAT model
         add(sum(m.c[i, j] for j in J) == K[i] + sum(m.freed[i, j] for j in J))
         add(sum(m.occ[i, j] for j in J) >= Oi[i] * Ii[i] + Oi[i] * (Oi[i] - 1) // 2)
+    generation_bound = data.batches_for_generation() > data.batches_for_memory()
+    cap = data.generation_weight_cap()
     for j in J:
         tok = sum(m.c[i, j] for i in R)
         add(tok <= data.C * m.ne[j])                                    # (4)
+        if generation_bound:  # the generation cap, as in the CP-SAT model
+            first = [m.y[i, j, 1] - (m.y[i, j - 1, 1] if j > 1 else 0) for i in R]
+            add(sum(2 * m.g[i, j] - first[i] for i in R) <= cap * m.ne[j])
         add(tok >= m.ne[j])
         add(sum(m.occ[i, j] for i in R) <= data.M * m.ne[j])            # (4)
         add(sum(m.ptok[i, j] for i in R) <= data.P)                     # prefill budget
