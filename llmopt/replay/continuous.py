@@ -434,12 +434,15 @@ class ContinuousEngine:
         """``_rank_batch`` when every decode needs the same KVs (``unit``): the decodes between
         two prefill candidates are taken as a run, in bulk, and victims come from a pointer
         that moves up from the bottom of the running order (it never passes the decode being
-        added, which would be the victim itself). Until the first eviction, free KVs only
-        shrink, so waiting requests whose reservation does not fit now are left out until
-        then, and so are those whose reservation does not fit in what the decodes ranked
-        before them leave. Candidates are (key, arrival, request) like the decoders; the
-        running ones are those in a prefill (a candidate evicted in this batch is skipped as
-        just evicted)."""
+        added, which would be the victim itself).
+
+        Candidates are (key, arrival, request) like the decoders; the running ones are those
+        in a prefill (one evicted in this batch is skipped as just evicted). Until an
+        eviction, free KVs only shrink, so waiting requests are left out when their
+        reservation does not fit in what the decodes ranked before them leave, or no longer
+        fits after an admission; the first eviction brings back every one ranked after it.
+        Waiting candidates ranked before the decode that runs short of KVs, and not fitting
+        now, are passed over in one step."""
         status, members, dec = self.status, b.members, self.dec_keys  # dec: live, sorted
         bisect_left = bisect.bisect_left
         key, arr, just_evicted = self.key, self._arr, self.just_evicted
@@ -469,7 +472,10 @@ class ContinuousEngine:
             if cand is not None and status[cand[2]] != RUNNING and need_of(cand[2]) > b.free:
                 # free KVs only shrink until the decode that runs short of them: the waiting
                 # candidates ranked before it that do not fit now are passed over at once
-                reach = max(dp, dp + int(b.free // unit)) if unit else len(dec)
+                if not unit or b.free == math.inf:
+                    reach = len(dec)
+                else:
+                    reach = max(dp, dp + int(b.free // unit))
                 bound = dec[reach] if reach < len(dec) else None
                 while cand is not None and (bound is None or cand < bound) \
                         and status[cand[2]] != RUNNING and need_of(cand[2]) > b.free:
