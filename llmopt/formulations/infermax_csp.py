@@ -144,6 +144,11 @@ class CSPData:
         held = int((self.O * self.I + self.O * (self.O - 1) // 2).sum())
         return math.ceil(held / self.M)
 
+    def generation_cap_applies(self) -> bool:
+        """Whether the models add the generation cap: where its floor on the number of
+        batches beats the one from memory (elsewhere it only adds rows)."""
+        return self.batches_for_generation() > self.batches_for_memory()
+
     def interchangeable_groups(self) -> list[list[int]]:
         """Requests with the same I, O and arrival: renumbering them within a group maps
         schedules onto schedules, so the models may order them (a symmetry break)."""
@@ -233,7 +238,7 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     offline = not (data.T > 0).any()
     big_t = int((upper_ms or 1e7) * data.scale * 2) + 1
     kv_cap = [int(data.I[i] + data.O[i] - 1) for i in range(n)]
-    generation_bound = data.batches_for_generation() > data.batches_for_memory()
+    generation_bound = data.generation_cap_applies()
     S = [[None] * (N + 1) for _ in range(n)]
     m = [[None] * (N + 1) for _ in range(n)]
     c = [[None] * (N + 1) for _ in range(n)]
@@ -363,7 +368,7 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
         if generation_bound:
             md.Add(sum(later_i[i]) == Oi - 1)         # every token but the first is a later one
     nonempty = []
-    score_cap = data.generation_weight_cap()
+    score_cap = data.generation_weight_cap() if generation_bound else None
     for j in range(1, N + 1):
         tok = sum(tokens_j[j])
         ne = md.NewBoolVar(f"ne{j}")

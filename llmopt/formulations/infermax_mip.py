@@ -126,12 +126,11 @@ def build(data: CSPData, N: int) -> pyo.ConcreteModel:
         # redundant, as in the CP-SAT model
         add(sum(m.c[i, j] for j in J) == K[i] + sum(m.freed[i, j] for j in J))
         add(sum(m.occ[i, j] for j in J) >= Oi[i] * Ii[i] + Oi[i] * (Oi[i] - 1) // 2)
-    generation_bound = data.batches_for_generation() > data.batches_for_memory()
-    cap = data.generation_weight_cap()
+    cap = data.generation_weight_cap() if data.generation_cap_applies() else None
     for j in J:
         tok = sum(m.c[i, j] for i in R)
         add(tok <= data.C * m.ne[j])                                    # (4)
-        if generation_bound:  # the generation cap, as in the CP-SAT model
+        if cap is not None:  # the generation cap, as in the CP-SAT model
             first = [m.y[i, j, 1] - (m.y[i, j - 1, 1] if j > 1 else 0) for i in R]
             add(sum(2 * m.g[i, j] - first[i] for i in R) <= cap * m.ne[j])
         add(tok >= m.ne[j])

@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from itertools import compress
 
 import numpy as np
 import pandas as pd
@@ -181,13 +180,13 @@ class ContinuousEngine:
         return self.arr
 
     def _push_waiting(self, i: int) -> None:
-        entry = (self.key[i], self._arr[i], i)
+        entry = self._order_key(i)
         at = bisect.bisect_left(self.waiting, entry)
         self.waiting.insert(at, entry)
         self.waiting_S.insert(at, self.S[i])
 
     def _take_waiting(self, i: int) -> None:
-        at = bisect.bisect_left(self.waiting, (self.key[i], self._arr[i], i))
+        at = bisect.bisect_left(self.waiting, self._order_key(i))
         del self.waiting[at]
         del self.waiting_S[at]
 
@@ -195,12 +194,12 @@ class ContinuousEngine:
         self.prefilling.discard(i)
         self.idle.add(i)
         if self.dec_keys is not None:
-            bisect.insort(self.dec_keys, (self.key[i], self._arr[i], i))
+            bisect.insort(self.dec_keys, self._order_key(i))
 
     def _stop(self, i: int) -> None:
         """Request i stops running (it finished or is evicted) and frees its slot."""
         if self.dec_keys is not None and self._decoding(i):
-            del self.dec_keys[bisect.bisect_left(self.dec_keys, (self.key[i], self._arr[i], i))]
+            del self.dec_keys[bisect.bisect_left(self.dec_keys, self._order_key(i))]
         if i in self.stream:
             self.stream.leave(i)
         self.idle.discard(i)
@@ -342,13 +341,23 @@ class ContinuousEngine:
             need = self._reservation(i)
             if c == 0 or need > b.free:
                 break
-            del self.waiting[0]
-            del self.waiting_S[0]
+            self._take_waiting(i)
             self._admit(i, c, need, b)
 
     def _decode_needs(self, i: int) -> int:
         """1 if request i's next decode needs a new KV (m + 1 > m_reserve), else 0."""
         return 1 if self._m(i) >= self.reserve_to[i] else 0
+
+    def _all_decode_needs(self) -> int:
+        """New KVs the next decode of every request in the decode phase needs."""
+        needs = self.stream.needs()
+        if self.idle:
+            needs += sum(self._decode_needs(i) for i in self.idle)
+        return needs
+
+    def _held_by(self, i: int) -> int:
+        """KVs running request i holds: max(m, m_reserve)."""
+        return max(self._m(i), self.reserve_to[i])
 
     def _add_running(self, b: _Batch) -> None:
         """Running decodes (all at once when KV and tokens suffice, else one by one in priority
@@ -356,7 +365,7 @@ class ContinuousEngine:
         pres = [i for i in self.prefilling if i not in b.members]
         n_dec = len(self.stream) + len(self.idle)
         if n_dec and (self.cfg.hybrid or b.phase != "prefill"):
-            needs = self.stream.needs() + sum(self._decode_needs(i) for i in self.idle)
+            needs = self._all_decode_needs()
             if needs <= b.free and n_dec <= b.tokens:
                 b.free -= needs
                 b.add_all_decodes(n_dec)
@@ -385,7 +394,7 @@ class ContinuousEngine:
                 break
             if victim in b.members:
                 continue
-            b.free += max(self._m(victim), self.reserve_to[victim])
+            b.free += self._held_by(victim)
             self._evict(victim)
             if victim in need and victim in keep:
                 keep.remove(victim)
@@ -407,7 +416,7 @@ class ContinuousEngine:
                           None)
             if victim is None:
                 return
-            freed = max(self._m(victim), self.reserve_to[victim])
+            freed = self._held_by(victim)
             self._evict(victim)
             b.free += freed
             if victim == i:
@@ -422,9 +431,7 @@ class ContinuousEngine:
         takes a chunk; each of the first RANK_WINDOW waiting requests is admitted if a slot,
         a chunk and its reservation fit."""
         n_dec = len(self.stream) + len(self.idle)
-        needs = self.stream.needs()
-        if self.idle:
-            needs += sum(self._decode_needs(i) for i in self.idle)
+        needs = self._all_decode_needs()
         if not self.cfg.hybrid or needs not in (0, n_dec):
             self._rank_batch_one_by_one(b)
             return
@@ -445,8 +452,8 @@ class ContinuousEngine:
         now, are passed over in one step."""
         status, members, dec = self.status, b.members, self.dec_keys  # dec: live, sorted
         bisect_left = bisect.bisect_left
-        key, arr, just_evicted = self.key, self._arr, self.just_evicted
-        prefilling = sorted((key[i], arr[i], i) for i in self.prefilling)
+        just_evicted = self.just_evicted
+        prefilling = sorted(map(self._order_key, self.prefilling))
         window = self.waiting[:RANK_WINDOW]
         free0 = b.free
         reserve_S = self.cfg.histogram_quantile is None and not self.cfg.eviction_free
@@ -455,14 +462,11 @@ class ContinuousEngine:
         last = dec[-1] if dec else None
         if self.n_running >= self.J:
             fits = []
-        elif reserve_S:  # the reservation of a waiting request is its S
-            S, within = self.S, map(float(free0).__ge__, self.waiting_S[:RANK_WINDOW])
-            fits = [e for e in compress(window, within)
-                    if (s := S[e[2]]) <= after_all
-                    or (e < last and s <= free0 - unit * bisect_left(dec, e))]
-        else:
-            fits = [e for e in window
-                    if (s := need_of(e[2])) <= after_all
+        else:  # a waiting request reserves its S, unless eviction-free or by histogram
+            needs = (self.waiting_S[:RANK_WINDOW] if reserve_S
+                     else [need_of(e[2]) for e in window])
+            fits = [e for e, s in zip(window, needs, strict=True)
+                    if s <= after_all
                     or (s <= free0 and e < last and s <= free0 - unit * bisect_left(dec, e))]
         cands = sorted(prefilling + fits) if prefilling and fits else prefilling or fits
         order: list[tuple] | None = None  # the running order, built at the first eviction
@@ -522,7 +526,7 @@ class ContinuousEngine:
                     continue
                 victim = order[back][2]
                 back -= 1
-                b.free += max(self._m(victim), self.reserve_to[victim])
+                b.free += self._held_by(victim)
                 self._evict(victim)  # leaves dec (at dp when the victim is the decode itself)
             if cand is None:
                 break
@@ -684,11 +688,10 @@ class ContinuousEngine:
         """How many of ``rounds`` decode-only iterations of the whole stream from now start
         before ``arrival`` (the first always counts); the first ``stepwise`` are timed one by
         one, as an arrival is often near, the rest with numpy (the same sums either way)."""
-        prof, n = self.profile, len(self.stream)
-        per_batch = prof.bias_ms + prof.per_token_ms * n
+        per_batch, per_kv, n = self._decode_cost()
         kv, t = self.stream.kv(), self.t
         for r in range(1, min(rounds, stepwise)):
-            t += per_batch + prof.decode_kv_ms * kv
+            t += per_batch + per_kv * kv
             kv += n
             if not t + 1e-9 < arrival:
                 return r
@@ -700,11 +703,17 @@ class ContinuousEngine:
     def _decode_times(self, rounds: int) -> tuple[np.ndarray, np.ndarray]:
         """Starts and ends of ``rounds`` decode-only iterations of the whole stream from now,
         summed in the order the iteration-by-iteration simulation sums them."""
-        prof, n = self.profile, len(self.stream)
+        per_batch, per_kv, n = self._decode_cost()
         kv = self.stream.kv() + n * np.arange(rounds)
-        durations = prof.bias_ms + prof.per_token_ms * n + prof.decode_kv_ms * kv
+        durations = per_batch + per_kv * kv
         ends = np.add.accumulate(np.concatenate([[self.t], durations]))
         return ends[:-1], ends[1:]
+
+    def _decode_cost(self) -> tuple[float, float, int]:
+        """A decode-only batch of the whole stream costs ``per_batch + per_kv · KVs read``
+        (``InferMaxProfile.batch_ms``, summed in the same order); and the stream's size."""
+        prof, n = self.profile, len(self.stream)
+        return prof.bias_ms + prof.per_token_ms * n, prof.decode_kv_ms, n
 
     def _decode_run(self, rounds: int) -> int:
         """``rounds`` iterations of the same decode-only batch (see ``_steady_rounds``)."""
