@@ -132,14 +132,14 @@ def test_generation_weight_cap_equals_enumeration(seed):
     assert data.generation_weight_cap() == best
 
 
-def contended(seed=3, n=120):
+def contended(seed=3, n=120, clients=20, span_ms=2000.0):
     """Random lengths and arrivals with little KV memory: evictions, refills, waiting."""
     rng = np.random.default_rng(seed)
     inputs, outputs = rng.integers(1, 500, n), rng.integers(1, 200, n)
-    arrivals = np.sort(rng.uniform(0, 2000, n))
+    arrivals = np.sort(rng.uniform(0, span_ms, n))
     return make([(int(i), int(o), float(t))
                  for i, o, t in zip(inputs, outputs, arrivals, strict=True)],
-                M=3000, C=1024, clients=20, name="contended")
+                M=3000, C=1024, clients=clients, name="contended")
 
 
 def assert_same_schedule(a, b):
@@ -167,7 +167,10 @@ def test_steady_decode_runs_equal_iteration_by_iteration(name):
 
 @pytest.mark.parametrize("name", ["rank-org", "rank-i", "rank-o"])
 def test_ranked_batches_in_runs_equal_one_by_one(name):
-    for inst in (contended(), contended(seed=5),
+    # seeds 17 and 28 (and more clients arriving closer together) have waiting requests that
+    # do not fit, ranked after the decode that runs short of KVs: they must not be passed over
+    for inst in (contended(), contended(seed=5), contended(seed=17), contended(seed=28),
+                 contended(seed=17, clients=64, span_ms=500.0),
                  load_instance(TOY / "infermax-azure-sample.yaml")):
         bulk = ContinuousEngine(inst, SCHEDULERS[name])
         single = ContinuousEngine(inst, SCHEDULERS[name])

@@ -119,7 +119,7 @@ class ContinuousEngine:
         if M is None and not config.unlimited_memory:
             raise InstanceError("continuous batching needs M, the KV capacity",
                                 file=instance.label(), field="system.kv_capacity")
-        self.M = math.inf if config.unlimited_memory else float(M)
+        self.M = math.inf if config.unlimited_memory else int(M)
         self._check_fits()
 
         n = self.n
@@ -135,7 +135,11 @@ class ContinuousEngine:
         self.last_slot = [-1] * n
         self.first_ms = [math.nan] * n
         self.finish_ms = [math.nan] * n
-        self.key = self._priority_keys().tolist()
+        # the priority order (key, arrival, index) as one integer per request: 0 is first
+        self.by_rank = np.lexsort((np.arange(n), self.arr, self._priority_keys())).tolist()
+        self.rank_of = [0] * n
+        for r, i in enumerate(self.by_rank):
+            self.rank_of[i] = r
         self.stream = DecodeStream(self.m, self.S, self.gen, self.reserve_to, self._O)
         self.idle: set[int] = set()        # decode phase, outside the stream
         self.prefilling: set[int] = set()  # running, before or in a prefill/refill
@@ -143,10 +147,10 @@ class ContinuousEngine:
         self.just_evicted: set[int] = set()
         self.free_slots = list(range(self.J))
         heapq.heapify(self.free_slots)
-        self.waiting: list[tuple] = []  # (key, arrival, request), sorted: highest priority first
+        self.waiting: list[int] = []  # ranks of the waiting requests, sorted
         self.waiting_S: list[int] = []  # their S, alongside (fixed while a request waits)
         self.n_running = 0
-        self.dec_keys: list[tuple] | None = [] if config.groups == "rank" else None
+        self.dec_keys: list[int] | None = [] if config.groups == "rank" else None  # ranks
         self.steady_runs = True
         self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
         self.t = 0.0
@@ -180,13 +184,13 @@ class ContinuousEngine:
         return self.arr
 
     def _push_waiting(self, i: int) -> None:
-        entry = self._order_key(i)
-        at = bisect.bisect_left(self.waiting, entry)
-        self.waiting.insert(at, entry)
+        rank = self.rank_of[i]
+        at = bisect.bisect_left(self.waiting, rank)
+        self.waiting.insert(at, rank)
         self.waiting_S.insert(at, self.S[i])
 
     def _take_waiting(self, i: int) -> None:
-        at = bisect.bisect_left(self.waiting, self._order_key(i))
+        at = bisect.bisect_left(self.waiting, self.rank_of[i])
         del self.waiting[at]
         del self.waiting_S[at]
 
@@ -194,12 +198,12 @@ class ContinuousEngine:
         self.prefilling.discard(i)
         self.idle.add(i)
         if self.dec_keys is not None:
-            bisect.insort(self.dec_keys, self._order_key(i))
+            bisect.insort(self.dec_keys, self.rank_of[i])
 
     def _stop(self, i: int) -> None:
         """Request i stops running (it finished or is evicted) and frees its slot."""
         if self.dec_keys is not None and self._decoding(i):
-            del self.dec_keys[bisect.bisect_left(self.dec_keys, self._order_key(i))]
+            del self.dec_keys[bisect.bisect_left(self.dec_keys, self.rank_of[i])]
         if i in self.stream:
             self.stream.leave(i)
         self.idle.discard(i)
@@ -281,8 +285,8 @@ class ContinuousEngine:
         self.status[victim] = WAITING
         self._push_waiting(victim)
 
-    def _order_key(self, i: int) -> tuple:
-        return (self.key[i], self._arr[i], i)
+    def _order_key(self, i: int) -> int:
+        return self.rank_of[i]
 
     def _running_order(self) -> list[int]:
         """Running requests from highest to lowest priority."""
@@ -336,7 +340,7 @@ class ContinuousEngine:
         while self.waiting and self.n_running < self.J:
             if not self.cfg.hybrid and b.phase == "decode":
                 break
-            i = self.waiting[0][2]
+            i = self.by_rank[self.waiting[0]]
             c = self._chunk(i, b) if i not in self.just_evicted else 0
             need = self._reservation(i)
             if c == 0 or need > b.free:
@@ -443,7 +447,7 @@ class ContinuousEngine:
         that moves up from the bottom of the running order (it never passes the decode being
         added, which would be the victim itself).
 
-        Candidates are (key, arrival, request) like the decoders; the running ones are those
+        Candidates are priority ranks like the decoders; the running ones are those
         in a prefill (one evicted in this batch is skipped as just evicted). Until an
         eviction, free KVs only shrink, so waiting requests are left out when their
         reservation does not fit in what the decodes ranked before them leave, or no longer
@@ -451,40 +455,48 @@ class ContinuousEngine:
         Waiting candidates ranked before the decode that runs short of KVs, and not fitting
         now, are passed over in one step."""
         status, members, dec = self.status, b.members, self.dec_keys  # dec: live, sorted
+        req = self.by_rank
         bisect_left = bisect.bisect_left
         just_evicted = self.just_evicted
-        prefilling = sorted(map(self._order_key, self.prefilling))
+        prefilling = sorted(map(self.rank_of.__getitem__, self.prefilling)) \
+            if self.prefilling else []
         window = self.waiting[:RANK_WINDOW]
         free0 = b.free
         reserve_S = self.cfg.histogram_quantile is None and not self.cfg.eviction_free
         need_of = self.S.__getitem__ if reserve_S else self._reservation
         after_all = free0 - unit * len(dec)  # free KVs at most, after every decode
         last = dec[-1] if dec else None
-        if self.n_running >= self.J:
-            fits = []
-        else:  # a waiting request reserves its S, unless eviction-free or by histogram
+        fits = []
+        if self.n_running < self.J and window:
+            # a waiting request reserves its S, unless eviction-free or by histogram
             needs = (self.waiting_S[:RANK_WINDOW] if reserve_S
-                     else [need_of(e[2]) for e in window])
-            fits = [e for e, s in zip(window, needs, strict=True)
-                    if s <= after_all
-                    or (s <= free0 and e < last and s <= free0 - unit * bisect_left(dec, e))]
+                     else [need_of(req[e]) for e in window])
+            if min(needs) <= free0:  # often none fits: one pass in C says so
+                fits = [e for e, s in zip(window, needs, strict=True)
+                        if s <= after_all
+                        or (s <= free0 and e < last
+                            and s <= free0 - unit * bisect_left(dec, e))]
         cands = sorted(prefilling + fits) if prefilling and fits else prefilling or fits
-        order: list[tuple] | None = None  # the running order, built at the first eviction
+        order: list[int] | None = None  # the running order, built at the first eviction
         back = dp = k = 0
         while True:
             cand = cands[k] if k < len(cands) else None
-            if cand is not None and status[cand[2]] != RUNNING and need_of(cand[2]) > b.free:
+            if cand is not None and status[req[cand]] != RUNNING and need_of(req[cand]) > b.free:
                 # free KVs only shrink until the decode that runs short of them: the waiting
                 # candidates ranked before it that do not fit now are passed over at once
-                if not unit or b.free == math.inf:
-                    reach = len(dec)
-                else:
-                    reach = max(dp, dp + int(b.free // unit))
-                bound = dec[reach] if reach < len(dec) else None
-                while cand is not None and (bound is None or cand < bound) \
-                        and status[cand[2]] != RUNNING and need_of(cand[2]) > b.free:
+                free = b.free
+                reach = len(dec) if not unit or free == math.inf else dp + max(int(free), 0)
+                bound = dec[reach] if reach < len(dec) else self.n  # n: after every rank
+                n_cands = len(cands)
+                while cand < bound:  # cand is waiting and does not fit
                     k += 1
-                    cand = cands[k] if k < len(cands) else None
+                    if k == n_cands:
+                        cand = None
+                        break
+                    cand = cands[k]
+                    i = req[cand]
+                    if status[i] == RUNNING or need_of(i) <= free:
+                        break
             while True:  # the decodes ranked before cand
                 if dp >= len(dec):
                     break
@@ -511,20 +523,20 @@ class ContinuousEngine:
                     # counts again (the running ones left are still candidates)
                     start = bisect.bisect_right(window, dec[dp])
                     if start < len(window):
-                        running_left = [e for e in cands[k:] if status[e[2]] == RUNNING]
+                        running_left = [e for e in cands[k:] if status[req[e]] == RUNNING]
                         cands = window[start:]
                         if running_left:
                             cands = sorted(cands + running_left)
                         k = 0
                         cand = cands[0]
                         continue
-                while back >= 0 and (status[order[back][2]] != RUNNING
-                                     or order[back][2] in members):
+                while back >= 0 and (status[req[order[back]]] != RUNNING
+                                     or req[order[back]] in members):
                     back -= 1
                 if back < 0:
                     dp += 1  # no victim: the decode is dropped
                     continue
-                victim = order[back][2]
+                victim = req[order[back]]
                 back -= 1
                 b.free += self._held_by(victim)
                 self._evict(victim)  # leaves dec (at dp when the victim is the decode itself)
@@ -534,7 +546,7 @@ class ContinuousEngine:
             if b.prefill < 1 or b.tokens < 1:
                 k = len(cands)  # no chunk fits any more: only decodes are left
                 continue
-            i = cand[2]
+            i = req[cand]
             if status[i] == RUNNING:
                 if i not in members:
                     c = self._chunk(i, b)
@@ -554,11 +566,11 @@ class ContinuousEngine:
                             cands = cands[:k] + self._fitting(cands[k:], b.free, need_of)
         self._decodes_taken(b, dp)
 
-    def _fitting(self, cands: list[tuple], free: float, need_of) -> list[tuple]:
-        """The candidates that may still enter: running ones, and waiting ones whose
+    def _fitting(self, cands: list[int], free: float, need_of) -> list[int]:
+        """The candidates (ranks) that may still enter: running ones, and waiting ones whose
         reservation fits in ``free``."""
-        status = self.status
-        return [e for e in cands if status[e[2]] == RUNNING or need_of(e[2]) <= free]
+        status, req = self.status, self.by_rank
+        return [e for e in cands if status[req[e]] == RUNNING or need_of(req[e]) <= free]
 
     def _decodes_taken(self, b: _Batch, dp: int) -> None:
         """The decodes of a ranked batch are the first ``dp`` decoders in rank order (victims
@@ -566,15 +578,16 @@ class ContinuousEngine:
         if b.n_dec == len(self.stream) + len(self.idle):
             b.all_decodes = bool(b.n_dec)
         else:
-            b.dec = [entry[2] for entry in self.dec_keys[:dp]]
+            b.dec = [self.by_rank[r] for r in self.dec_keys[:dp]]
             b.members.update(b.dec)
 
     def _rank_batch_one_by_one(self, b: _Batch) -> None:
         """``_rank_batch`` entry by entry (decodes with different KV needs)."""
         waiting = self.waiting[:RANK_WINDOW]
-        entries = [(self.key[i], self._arr[i], i, True) for i in self._running()]
-        entries += [(k, a, i, False) for k, a, i in waiting]
-        for _, _, i, running in sorted(entries):
+        entries = [(self.rank_of[i], True) for i in self._running()]
+        entries += [(r, False) for r in waiting]
+        for r, running in sorted(entries):
+            i = self.by_rank[r]
             if running and (self.status[i] != RUNNING or i in b.members):
                 continue  # evicted earlier in this batch
             if running:
@@ -672,7 +685,7 @@ class ContinuousEngine:
         free = self.M - self._held()
         blocked = self.n_running >= self.J or (cfg.groups == "sarathi" and not cfg.hybrid)
         if not blocked and self.waiting and cfg.groups != "rank":
-            head = self.waiting[0][2]
+            head = self.by_rank[self.waiting[0]]
             if self._reservation(head) <= free - (needs if cfg.groups == "sarathi" else 0):
                 return 1
             blocked = True

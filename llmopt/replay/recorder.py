@@ -6,6 +6,8 @@ integer indices into the engine's request list until then."""
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 import pandas as pd
 
@@ -30,6 +32,12 @@ def _expand(values: list, lengths: np.ndarray, dtype) -> np.ndarray:
     if arrays:
         out[~np.repeat(scalar, lengths)] = np.concatenate(arrays).astype(dtype, copy=False)
     return out
+
+
+def _columns(rows: list[tuple], width: int) -> list[np.ndarray]:
+    """The columns of equal-width numeric rows, as float64 arrays."""
+    flat = np.fromiter(chain.from_iterable(rows), dtype=float, count=width * len(rows))
+    return list(flat.reshape(len(rows), width).T)
 
 
 class Recorder:
@@ -62,17 +70,17 @@ class Recorder:
                                 prefill_tokens, decode_tokens, kv_tokens, evictions, running))
 
     def _flush_rows(self) -> None:
+        """Scalar rows into one chunk of columns each (parsed as float64 in one pass: every
+        value is a float or an integer well below 2^53, so the integers come back exact)."""
         if self._seg_rows:
-            req, client, phase, start, end, tokens = (np.asarray(c) for c in
-                                                      zip(*self._seg_rows, strict=True))
+            req, client, phase, start, end, tokens = _columns(self._seg_rows, 6)
             self._seg.append((req.astype(np.int64), client.astype(np.int64),
-                              phase.astype(np.int8), start.astype(float), end.astype(float),
-                              tokens.astype(np.int64)))
+                              phase.astype(np.int8), start, end, tokens.astype(np.int64)))
             self._seg_rows = []
         if self._iter_rows:
-            cols = [np.asarray(c) for c in zip(*self._iter_rows, strict=True)]
-            start, end, phase = cols[0].astype(float), cols[1].astype(float), cols[2]
-            self._iter.append((len(start), start, end, phase, *cols[3:]))
+            start, end, phase, *counts = _columns(self._iter_rows, 9)
+            self._iter.append((len(start), start, end, phase.astype(np.int64),
+                               *(c.astype(np.int64) for c in counts)))
             self._iter_rows = []
 
     def iterations(self, starts: np.ndarray, ends: np.ndarray, phase: str, batch_size,
