@@ -38,6 +38,7 @@ from llmopt.schedule import Schedule
 
 PENDING, WAITING, RUNNING, DONE = 0, 1, 2, 3
 RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
+NO_NEED = -(1 << 62)  # the reservation of a running request: it always "fits"
 
 
 class _Batch:
@@ -148,7 +149,10 @@ class ContinuousEngine:
         self.free_slots = list(range(self.J))
         heapq.heapify(self.free_slots)
         self.waiting: list[int] = []  # ranks of the waiting requests, sorted
-        self.waiting_S: list[int] = []  # their S, alongside (fixed while a request waits)
+        # their reservations alongside; and by rank, NO_NEED for running requests (a waiting
+        # request's reservation is fixed while it waits, but with a histogram)
+        self.waiting_need: list[int] = []
+        self.need_by_rank = [NO_NEED] * n
         self.n_running = 0
         self.dec_keys: list[int] | None = [] if config.groups == "rank" else None  # ranks
         self.steady_runs = True
@@ -187,12 +191,16 @@ class ContinuousEngine:
         rank = self.rank_of[i]
         at = bisect.bisect_left(self.waiting, rank)
         self.waiting.insert(at, rank)
-        self.waiting_S.insert(at, self.S[i])
+        need = self._reservation(i)
+        self.waiting_need.insert(at, need)
+        self.need_by_rank[rank] = need
 
     def _take_waiting(self, i: int) -> None:
-        at = bisect.bisect_left(self.waiting, self.rank_of[i])
+        rank = self.rank_of[i]
+        at = bisect.bisect_left(self.waiting, rank)
         del self.waiting[at]
-        del self.waiting_S[at]
+        del self.waiting_need[at]
+        self.need_by_rank[rank] = NO_NEED
 
     def _into_decode_phase(self, i: int) -> None:
         self.prefilling.discard(i)
@@ -462,15 +470,17 @@ class ContinuousEngine:
             if self.prefilling else []
         window = self.waiting[:RANK_WINDOW]
         free0 = b.free
-        reserve_S = self.cfg.histogram_quantile is None and not self.cfg.eviction_free
-        need_of = self.S.__getitem__ if reserve_S else self._reservation
+        need = self.need_by_rank  # NO_NEED: running
         after_all = free0 - unit * len(dec)  # free KVs at most, after every decode
         last = dec[-1] if dec else None
         fits = []
         if self.n_running < self.J and window:
-            # a waiting request reserves its S, unless eviction-free or by histogram
-            needs = (self.waiting_S[:RANK_WINDOW] if reserve_S
-                     else [need_of(req[e]) for e in window])
+            if self.cfg.histogram_quantile is None:
+                needs = self.waiting_need[:RANK_WINDOW]
+            else:  # the estimate moves as requests finish
+                needs = [self._reservation(req[e]) for e in window]
+                for e, nd in zip(window, needs, strict=True):
+                    need[e] = nd
             if min(needs) <= free0:  # often none fits: one pass in C says so
                 fits = [e for e, s in zip(window, needs, strict=True)
                         if s <= after_all
@@ -481,7 +491,7 @@ class ContinuousEngine:
         back = dp = k = 0
         while True:
             cand = cands[k] if k < len(cands) else None
-            if cand is not None and status[req[cand]] != RUNNING and need_of(req[cand]) > b.free:
+            if cand is not None and need[cand] > b.free:
                 # free KVs only shrink until the decode that runs short of them: the waiting
                 # candidates ranked before it that do not fit now are passed over at once
                 free = b.free
@@ -494,8 +504,7 @@ class ContinuousEngine:
                         cand = None
                         break
                     cand = cands[k]
-                    i = req[cand]
-                    if status[i] == RUNNING or need_of(i) <= free:
+                    if need[cand] <= free:  # running, or fits
                         break
             while True:  # the decodes ranked before cand
                 if dp >= len(dec):
@@ -553,24 +562,19 @@ class ContinuousEngine:
                     if c:
                         b.add_chunk(i, c)
             elif self.n_running < self.J and i not in just_evicted:
-                need = need_of(i)
-                if need <= b.free:
+                nd = need[cand]
+                if nd <= b.free:
                     c = self._chunk(i, b)
                     if c:
                         self._take_waiting(i)
-                        self._admit(i, c, need, b)
+                        self._admit(i, c, nd, b)
                         if order is None and dp < len(dec):
                             # until an eviction, free KVs only shrink (one widens the
                             # candidates again); the candidates after every decode cost
                             # little without the filter
-                            cands = cands[:k] + self._fitting(cands[k:], b.free, need_of)
+                            free = b.free
+                            cands = cands[:k] + [e for e in cands[k:] if need[e] <= free]
         self._decodes_taken(b, dp)
-
-    def _fitting(self, cands: list[int], free: float, need_of) -> list[int]:
-        """The candidates (ranks) that may still enter: running ones, and waiting ones whose
-        reservation fits in ``free``."""
-        status, req = self.status, self.by_rank
-        return [e for e in cands if status[req[e]] == RUNNING or need_of(req[e]) <= free]
 
     def _decodes_taken(self, b: _Batch, dp: int) -> None:
         """The decodes of a ranked batch are the first ``dp`` decoders in rank order (victims
