@@ -236,9 +236,11 @@ class ContinuousEngine:
     def _held(self) -> float:
         """KV memory held by the running requests: Σ max(m, m_reserve)."""
         m, r = self.m, self.reserve_to
-        other = sum(m[i] if m[i] > r[i] else r[i] for i in (*self.prefilling, *self.idle)) \
-            if self.prefilling or self.idle else 0
-        return self.stream.held() + other
+        held = self.stream.held()
+        for group in (self.prefilling, self.idle):
+            for i in group:
+                held += m[i] if m[i] > r[i] else r[i]
+        return held
 
     def _reservation(self, i: int) -> int:
         """KVs a waiting request reserves when it starts (m_reserve of CANALLOCATE)."""
@@ -309,7 +311,7 @@ class ContinuousEngine:
 
     def _form_batch(self) -> _Batch | None:
         """One GETNEXTBATCH."""
-        b = _Batch(free=self.M - self._held(), tokens=self.C, prefill=self.P)
+        b = _Batch(self.M - self._held(), self.C, self.P)
         if self.cfg.groups == "vllm":
             self._admit_waiting(b)
             self._add_running(b)
@@ -637,10 +639,16 @@ class ContinuousEngine:
         decode_kv = stream.kv() if n_dec else 0
         pre, chunks = b.pre, b.chunks
         pre_tokens = sum(chunks)
-        units = sum(c * c + 2 * m[i] * c for i, c in zip(pre, chunks, strict=True))
+        units = 0
+        for i, c in zip(pre, chunks, strict=True):
+            units += c * c + 2 * m[i] * c
         start = self.t
         end = start + self.profile.batch_ms(pre_tokens + n_dec, decode_kv, units, len(pre))
-        other_kv = sum(map(m.__getitem__, self.prefilling)) + sum(map(m.__getitem__, self.idle))
+        other_kv = 0
+        for i in self.prefilling:
+            other_kv += m[i]
+        for i in self.idle:
+            other_kv += m[i]
         finished = []  # by their prefill or refill, then by decoding
         for i, c in zip(pre, chunks, strict=True):
             self.rec.segment(i, self.slot[i], "refill" if gen[i] >= 1 else "prefill", start,
@@ -751,7 +759,8 @@ class ContinuousEngine:
         self._stop(i)
         self.finish_ms[i] = self.t
         self.status[i] = DONE
-        bisect.insort(self.outputs_seen, self._O[i])
+        if self.cfg.histogram_quantile is not None:
+            bisect.insort(self.outputs_seen, self._O[i])
 
     def _schedule(self) -> Schedule:
         decodes = list(self.stream.segments())
