@@ -400,7 +400,9 @@ class ContinuousEngine:
         runs short evicts the same requests as evicting from the bottom until all survivors
         fit, which is what is done here."""
         ranked = self._running_order()
-        need = {i: self._decode_needs(i) for i in (*self.stream.members, *self.idle)}
+        need = self.stream.need_of_each()
+        for i in self.idle:
+            need[i] = self._decode_needs(i)
         keep = [i for i in ranked if i in need][: max(b.tokens, 0)]
         total = sum(need[i] for i in keep)
         for victim in reversed(ranked):
@@ -725,13 +727,22 @@ class ContinuousEngine:
         starts = self._decode_times(rounds)[0]
         return 1 + int(np.count_nonzero(starts[1:] + 1e-9 < arrival))
 
-    def _decode_times(self, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    def _decode_times(self, rounds: int, stepwise: int = 32) -> tuple[np.ndarray, np.ndarray]:
         """Starts and ends of ``rounds`` decode-only iterations of the whole stream from now,
-        summed in the order the iteration-by-iteration simulation sums them."""
+        summed in the order the iteration-by-iteration simulation sums them (up to
+        ``stepwise`` rounds one by one, as most runs are short; more with numpy)."""
         per_batch, per_kv, n = self._decode_cost()
-        kv = self.stream.kv() + n * np.arange(rounds)
-        durations = per_batch + per_kv * kv
-        ends = np.add.accumulate(np.concatenate([[self.t], durations]))
+        kv, t = self.stream.kv(), self.t
+        if rounds <= stepwise:
+            times = [t]
+            for _ in range(rounds):
+                t += per_batch + per_kv * kv
+                times.append(t)
+                kv += n
+            ends = np.array(times)
+        else:
+            durations = per_batch + per_kv * (kv + n * np.arange(rounds))
+            ends = np.add.accumulate(np.concatenate([[t], durations]))
         return ends[:-1], ends[1:]
 
     def _decode_cost(self) -> tuple[float, float, int]:

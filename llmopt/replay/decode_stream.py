@@ -109,6 +109,11 @@ class DecodeStream:
         """Members whose next decode needs a new KV (m + 1 > m_reserve)."""
         return self.grow_count
 
+    def need_of_each(self) -> dict[int, bool]:
+        """For each member, whether its next decode needs a new KV."""
+        growing = self.growing
+        return {i: growing[i] for i in self.members}
+
     def pause(self) -> None:
         """An iteration ran without the stream: its members' decode segments end here."""
         if self.members and (not self.breaks or self.breaks[-1] != self.G):
