@@ -53,15 +53,13 @@ class _Batch:
         "members",
         "n_dec",
         "phase",
-        "pre",
         "prefill",
         "tokens",
     )
 
     def __init__(self, free: float, tokens: int, prefill: int) -> None:
         self.free, self.tokens, self.prefill = free, tokens, prefill
-        self.pre: list[int] = []
-        self.chunks: list[int] = []
+        self.chunks: list[tuple[int, int]] = []  # (request, tokens)
         self.dec: list[int] = []
         self.all_decodes = False
         self.n_dec = 0
@@ -69,8 +67,7 @@ class _Batch:
         self.phase: str | None = None
 
     def add_chunk(self, i: int, c: int) -> None:
-        self.pre.append(i)
-        self.chunks.append(c)
+        self.chunks.append((i, c))
         self.members.add(i)
         self.tokens -= c
         self.prefill -= c
@@ -321,7 +318,7 @@ class ContinuousEngine:
         else:
             self._rank_batch(b)
         self.just_evicted.clear()
-        if not b.pre and not b.n_dec:
+        if not b.chunks and not b.n_dec:
             return None
         return b
 
@@ -475,6 +472,7 @@ class ContinuousEngine:
         window = self.waiting[:RANK_WINDOW]
         free0 = b.free
         need = self.need_by_rank  # NO_NEED: running
+        unlimited = self.cfg.unlimited_memory
         after_all = free0 - unit * len(dec)  # free KVs at most, after every decode
         last = dec[-1] if dec else None
         fits = []
@@ -499,7 +497,7 @@ class ContinuousEngine:
                 # free KVs only shrink until the decode that runs short of them: the waiting
                 # candidates ranked before it that do not fit now are passed over at once
                 free = b.free
-                reach = len(dec) if not unit or free == math.inf else dp + max(int(free), 0)
+                reach = len(dec) if not unit or unlimited else dp + max(free, 0)
                 bound = dec[reach] if reach < len(dec) else self.n  # n: after every rank
                 n_cands = len(cands)
                 while cand < bound:  # cand is waiting and does not fit
@@ -639,20 +637,20 @@ class ContinuousEngine:
         stream = self.stream
         n_dec = self._set_decoders(b) if b.n_dec else 0
         decode_kv = stream.kv() if n_dec else 0
-        pre, chunks = b.pre, b.chunks
-        pre_tokens = sum(chunks)
-        units = 0
-        for i, c in zip(pre, chunks, strict=True):
+        chunks = b.chunks
+        pre_tokens = units = 0
+        for i, c in chunks:
+            pre_tokens += c
             units += c * c + 2 * m[i] * c
         start = self.t
-        end = start + self.profile.batch_ms(pre_tokens + n_dec, decode_kv, units, len(pre))
+        end = start + self.profile.batch_ms(pre_tokens + n_dec, decode_kv, units, len(chunks))
         other_kv = 0
         for i in self.prefilling:
             other_kv += m[i]
         for i in self.idle:
             other_kv += m[i]
         finished = []  # by their prefill or refill, then by decoding
-        for i, c in zip(pre, chunks, strict=True):
+        for i, c in chunks:
             self.rec.segment(i, self.slot[i], "refill" if gen[i] >= 1 else "prefill", start,
                              end, c)
             m[i] += c
@@ -672,8 +670,8 @@ class ContinuousEngine:
         else:
             stream.pause()
         kv = stream.kv() + other_kv + pre_tokens
-        phase = "mixed" if pre and n_dec else "prefill" if pre else "decode"
-        self.rec.iteration(start, end, phase, len(pre) + n_dec, pre_tokens, n_dec, kv,
+        phase = "mixed" if chunks and n_dec else "prefill" if chunks else "decode"
+        self.rec.iteration(start, end, phase, len(chunks) + n_dec, pre_tokens, n_dec, kv,
                            self.evicted_now, running)
         self.evicted_now = 0
         self.t = end
@@ -692,7 +690,7 @@ class ContinuousEngine:
         waiting candidates admits none of them later either (free KVs only shrink); only an
         arrival could enter."""
         cfg, stream = self.cfg, self.stream
-        if b.pre or not b.all_decodes or self.idle or self.evicted_now \
+        if b.chunks or not b.all_decodes or self.idle or self.evicted_now \
                 or (cfg.hybrid and self.prefilling):
             return 1
         needs = stream.needs()
@@ -855,6 +853,6 @@ class PlannedEngine(ContinuousEngine):
         if kv_after > self.M:
             self._fail(f"{kv_after} KV tokens > M = {int(self.M)}")
         self._step += 1
-        if not b.pre and not b.n_dec:
+        if not b.chunks and not b.n_dec:
             return self._form_batch() if self._step < len(self.plan) else None
         return b
