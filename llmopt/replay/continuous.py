@@ -207,9 +207,10 @@ class ContinuousEngine:
 
     def _stop(self, i: int) -> None:
         """Request i stops running (it finished or is evicted) and frees its slot."""
-        if self.dec_keys is not None and self._decoding(i):
+        in_stream = i in self.stream.members
+        if self.dec_keys is not None and (in_stream or i in self.idle):
             del self.dec_keys[bisect.bisect_left(self.dec_keys, self.rank_of[i])]
-        if i in self.stream:
+        if in_stream:
             self.stream.leave(i)
         self.idle.discard(i)
         self.prefilling.discard(i)
@@ -323,10 +324,9 @@ class ContinuousEngine:
         return b
 
     def _chunk(self, i: int, b: _Batch) -> int:
-        return self._chunk_within(i, b.prefill, b.tokens)
-
-    def _chunk_within(self, i: int, prefill: int, tokens: int) -> int:
-        """The chunk request i processes given the prefill and token budgets left (0: none)."""
+        """The chunk request i processes given the batch's prefill and token budgets left (0:
+        none)."""
+        prefill, tokens = b.prefill, b.tokens
         remaining = self.S[i] - self.m[i]
         c = min(remaining, prefill, tokens) if self.cfg.chunked else remaining
         return c if 0 < c <= prefill and c <= tokens else 0
@@ -688,11 +688,14 @@ class ContinuousEngine:
         (decodes first), or a queue head whose reservation does not fit (FCFS: arrivals queue
         behind it, and free KVs only shrink). A ranked batch that admitted none of its
         waiting candidates admits none of them later either (free KVs only shrink); only an
-        arrival could enter."""
+        arrival could enter. Requests that have just entered the decode phase join the
+        stream first, as the batch's processing would have them."""
         cfg, stream = self.cfg, self.stream
-        if b.chunks or not b.all_decodes or self.idle or self.evicted_now \
+        if b.chunks or not b.all_decodes or self.evicted_now \
                 or (cfg.hybrid and self.prefilling):
             return 1
+        if self.idle:
+            self._set_decoders(b)
         needs = stream.needs()
         free = self.M - self._held()
         blocked = self.n_running >= self.J or (cfg.groups == "sarathi" and not cfg.hybrid)
