@@ -39,6 +39,7 @@ from llmopt.schedule import Schedule
 PENDING, WAITING, RUNNING, DONE = 0, 1, 2, 3
 RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
 NO_NEED = -(1 << 62)  # the reservation of a running request: it always "fits"
+STEPWISE_ROUNDS = 32  # decode-only runs up to this long are timed round by round, not numpy
 
 
 class _Batch:
@@ -146,8 +147,8 @@ class ContinuousEngine:
         self.free_slots = list(range(self.J))
         heapq.heapify(self.free_slots)
         self.waiting: list[int] = []  # ranks of the waiting requests, sorted
-        # their reservations alongside; and by rank, NO_NEED for running requests (a waiting
-        # request's reservation is fixed while it waits, but with a histogram)
+        # their reservations alongside, and by rank with NO_NEED for running requests (fixed
+        # while a request waits, except a histogram's estimate: ranked batches refresh it)
         self.waiting_need: list[int] = []
         self.need_by_rank = [NO_NEED] * n
         self.n_running = 0
@@ -712,29 +713,25 @@ class ContinuousEngine:
             rounds = self._rounds_before(self._arr[next_arrival], rounds)
         return max(rounds, 1)
 
-    def _rounds_before(self, arrival: float, rounds: int, stepwise: int = 32) -> int:
+    def _rounds_before(self, arrival: float, rounds: int) -> int:
         """How many of ``rounds`` decode-only iterations of the whole stream from now start
-        before ``arrival`` (the first always counts); the first ``stepwise`` are timed one by
-        one, as an arrival is often near, the rest with numpy (the same sums either way)."""
-        per_batch, per_kv, n = self._decode_cost()
-        kv, t = self.stream.kv(), self.t
-        for r in range(1, min(rounds, stepwise)):
-            t += per_batch + per_kv * kv
-            kv += n
-            if not t + 1e-9 < arrival:
-                return r
-        if rounds <= stepwise:
-            return rounds
-        starts = self._decode_times(rounds)[0]
-        return 1 + int(np.count_nonzero(starts[1:] + 1e-9 < arrival))
+        before ``arrival`` (the first always counts). The first STEPWISE_ROUNDS are timed
+        first, as an arrival is often near."""
+        horizon = min(rounds, STEPWISE_ROUNDS)
+        while True:
+            starts = self._decode_times(horizon)[0]
+            before = 1 + int(np.count_nonzero(starts[1:] + 1e-9 < arrival))
+            if before < horizon or horizon == rounds:
+                return before
+            horizon = rounds
 
-    def _decode_times(self, rounds: int, stepwise: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    def _decode_times(self, rounds: int) -> tuple[np.ndarray, np.ndarray]:
         """Starts and ends of ``rounds`` decode-only iterations of the whole stream from now,
         summed in the order the iteration-by-iteration simulation sums them (up to
-        ``stepwise`` rounds one by one, as most runs are short; more with numpy)."""
+        STEPWISE_ROUNDS one by one, as most runs are short; more with numpy)."""
         per_batch, per_kv, n = self._decode_cost()
         kv, t = self.stream.kv(), self.t
-        if rounds <= stepwise:
+        if rounds <= STEPWISE_ROUNDS:
             times = [t]
             for _ in range(rounds):
                 t += per_batch + per_kv * kv
