@@ -31,11 +31,12 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
     if time_limit_s is None:
         time_limit_s = instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
     field_of = "solve.problem" if instance.solve.problem == problem else "--problem"
-    if problem not in _problems():
-        raise OptionError(f"unknown problem (known: {', '.join(_problems())})",
+    problems = _problems()
+    if problem not in problems:
+        raise OptionError(f"unknown problem (known: {', '.join(problems)})",
                           file=instance.label() if field_of.startswith("solve") else None,
                           field=field_of, value=problem)
-    solvers = _problems()[problem].SOLVERS
+    solvers = problems[problem].SOLVERS
     if solver not in solvers:
         from_file = instance.solve.solver == solver
         raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
@@ -53,7 +54,8 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
     when the time limit is hit or the run is interrupted. ``options`` are the problem's own
     (pd-competition: formulation, bins, literal, time_model)."""
     problem, solver, time_limit_s = resolve_options(instance, problem, solver, time_limit_s)
-    accepted = set(inspect.signature(_problems()[problem].solve).parameters)
+    formulation = _problems()[problem]
+    accepted = set(inspect.signature(formulation.solve).parameters)
     unknown = sorted(k for k, v in options.items() if v is not None and k not in accepted)
     if unknown:
         raise OptionError(f"not an option of problem {problem}", field=f"--{unknown[0]}",
@@ -61,7 +63,7 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
     given = {k: v for k, v in options.items() if v is not None}
     logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
     try:
-        return _problems()[problem].solve(instance, solver=solver,
-                                          time_limit_s=time_limit_s, progress=progress, **given)
+        return formulation.solve(instance, solver=solver, time_limit_s=time_limit_s,
+                                 progress=progress, **given)
     finally:
         progress.done()

@@ -294,9 +294,6 @@ class ContinuousEngine:
         self.status[victim] = WAITING
         self._push_waiting(victim)
 
-    def _order_key(self, i: int) -> int:
-        return self.rank_of[i]
-
     def _running_order(self) -> list[int]:
         """Running requests from highest to lowest priority."""
         if self.cfg.groups == "sarathi":
@@ -304,9 +301,9 @@ class ContinuousEngine:
             if self.cfg.long_first:
                 dec.sort(key=lambda i: (-self._m(i), self._arr[i], i))
             else:
-                dec.sort(key=self._order_key)
-            return dec + sorted(self.prefilling, key=self._order_key)
-        return sorted(self._running(), key=self._order_key)
+                dec.sort(key=self.rank_of.__getitem__)
+            return dec + sorted(self.prefilling, key=self.rank_of.__getitem__)
+        return sorted(self._running(), key=self.rank_of.__getitem__)
 
     def _form_batch(self) -> _Batch | None:
         """One GETNEXTBATCH."""
@@ -384,7 +381,7 @@ class ContinuousEngine:
             else:
                 self._decodes_with_evictions(b)
         if pres and (self.cfg.hybrid or b.phase != "decode"):
-            for i in sorted(pres, key=self._order_key):
+            for i in sorted(pres, key=self.rank_of.__getitem__):
                 if i not in self.prefilling:
                     continue  # evicted by the decodes
                 c = self._chunk(i, b)
