@@ -67,3 +67,8 @@ class OptionError(LlmoptError):
 
 class SolutionFileError(LlmoptError):
     """A solution file cannot be read or lacks required keys."""
+
+
+class InternalError(RuntimeError):
+    """An invariant of llmopt broke: a bug, never the user's input (the CLI exits 1 and keeps
+    the traceback in a log file)."""

@@ -19,12 +19,13 @@ CP-SAT model: bin_i ∈ {0..K−1} with one-hot b_ik; B_0 = 0 ≤ B_1 ≤ … �
 (element); intervals [s_i, s_i + N^d_i) under a cumulative of capacity J; D_end ≥ s_i + N^d_i;
 per bin Σ_i N^p_i b_ik ≤ N^cap_L (eq 6) and one level y_kl (eqs 5, 7); used bins first.
 Objective: T_d · D_end + Σ_k Σ_l T^p_l y_kl (stage model) or the replay model's weights.
-Optional: a second cumulative keeps the KV tokens reserved by requests in flight (input +
-output each) within the capacity, so that the replay engine can follow the plan.
+Memory (``llmopt.kv``): when the system has a KV capacity M, a second cumulative keeps the KV
+tokens reserved by requests in flight (N^p_i + N^d_i each, on [s_i, s_i + N^d_i)) within M.
 
 HiGHS model (same variables linearised): s_i = B_k when b_ik via ±M rows with M the largest
 useful decode position; the cumulative becomes, for every bin k, Σ_i a_ik ≤ J where a_ik ≥
-started_ik − f_ik and f_ik = 1 only if request i ended by B_k.
+started_ik − f_ik and f_ik = 1 only if request i ended by B_k; the memory rule is, for every
+bin k, Σ_i (N^p_i + N^d_i) a_ik ≤ M (the reserved total only falls between prefill stages).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def decode_horizon(problem: PDProblem, upper_ms: float, model: str) -> int:
 
 
 def build_cpsat(problem: PDProblem, bins: int, model: str = "stage", *,
-                horizon: int | None = None, hint: Plan | None = None, kv: bool = False,
+                horizon: int | None = None, hint: Plan | None = None, kv: bool = True,
                 fixed_bins: dict[int, int] | None = None, min_decode_end: int = 0):
     """The compact model in CP-SAT. ``fixed_bins`` pins requests to bins (for LNS)."""
     n, K = problem.n, bins
@@ -103,10 +104,8 @@ def build_cpsat(problem: PDProblem, bins: int, model: str = "stage", *,
         md.Add(d_end >= e)
         starts.append(s)
     md.AddCumulative(intervals, [1] * n, problem.clients)
-    if kv and problem.kv_capacity:
-        md.AddCumulative(intervals, [int(a + o) for a, o in zip(problem.inp, problem.out,
-                                                                strict=True)],
-                         int(problem.kv_capacity))
+    if kv and problem.kv_capacity is not None:
+        md.AddCumulative(intervals, [int(v) for v in problem.footprint], problem.kv_capacity)
     used = [md.NewBoolVar(f"used_{k}") for k in range(K)]
     stage_cost = []
     for k in range(K):
@@ -187,6 +186,10 @@ def build_highs(problem: PDProblem, bins: int, model: str = "stage", *,
     m.occupy = pyo.Constraint(I, Ks, rule=lambda m, i, k:
                               m.a[i, k] >= sum(m.b[i, kk] for kk in range(k + 1)) - m.f[i, k])
     m.clients = pyo.Constraint(Ks, rule=lambda m, k: sum(m.a[i, k] for i in I) <= problem.clients)
+    if problem.kv_capacity is not None:
+        size = [int(v) for v in problem.footprint]
+        m.kv = pyo.Constraint(Ks, rule=lambda m, k: sum(size[i] * m.a[i, k] for i in I)
+                              <= problem.kv_capacity)
     m.cap = pyo.Constraint(Ks, rule=lambda m, k: sum(Np[i] * m.b[i, k] for i in I)
                            <= problem.cap * m.used[k])
     m.used_first = pyo.Constraint(Ks, rule=lambda m, k: pyo.Constraint.Skip if k == 0

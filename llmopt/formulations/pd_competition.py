@@ -159,8 +159,7 @@ def _lns(problem: PDProblem, start: Plan, model: str, deadline: float, progress:
     from llmopt.backends.common import Outcome
 
     t = time.perf_counter()
-    plan = pd_lns.improve_plan(problem, start, model, deadline, kv=model == "replay",
-                               progress=progress)
+    plan = pd_lns.improve_plan(problem, start, model, deadline, progress=progress)
     return Outcome(ending="feasible", objective=plan.total_ms(problem, model), bound=None,
                    runtime_s=time.perf_counter() - t, solver_version=cpsat_backend.version(),
                    message="window LNS (no proof)", solution=plan)

@@ -7,8 +7,9 @@ next grid stage); the last request on each client ends at its true length. So th
 needed by client j is Σ_i R_i − max_i (R_i − N^d_i) over its requests, with R_i = G·ceil(N^d_i/G),
 and the plan is an assignment of requests to clients minimising the largest such load (a bin
 packing with one item per bin left unrounded), found by LPT plus moves and swaps. Stages at the
-same grid point are split by the prefill capacity; the plan is finally pulled as early as the
-clients allow (``earliest_plan``), which only shortens it. The best G under the time model wins.
+same grid point are split by the prefill capacity and the KV capacity; the plan is finally
+timed as early as the clients and the KV memory allow (``earliest_plan``). The best G under the
+time model wins.
 """
 
 from __future__ import annotations
@@ -113,18 +114,21 @@ def grid_plan(problem: PDProblem, G: int, deadline: float) -> Plan:
         for i in order:
             start[i] = position
             position += int(R[i])
+    memory = problem.kv_capacity if problem.kv_capacity is not None else np.inf
     bins: list[list[int]] = []
     for t in np.unique(start):
         group = list(np.flatnonzero(start == t))
         group.sort(key=lambda i: -int(problem.inp[i]))
         current: list[int] = []
-        tokens = 0
+        tokens = reserved = 0
         for i in group:
-            if tokens + int(problem.inp[i]) > problem.cap:
+            if (tokens + int(problem.inp[i]) > problem.cap
+                    or reserved + int(problem.footprint[i]) > memory):
                 bins.append(current)
-                current, tokens = [], 0
+                current, tokens, reserved = [], 0, 0
             current.append(int(i))
             tokens += int(problem.inp[i])
+            reserved += int(problem.footprint[i])
         bins.append(current)
     plan = earliest_plan(problem, bins, assign, source=f"grid G={G}")
     return plan

@@ -3,7 +3,7 @@
 A window of consecutive bins is re-optimised exactly while everything else stays as it is: the
 requests of the window's bins may move to any bin of the window, every bin's decode position
 B_k may change (later bins shift with the window), all requests keep the cumulative limits (J
-clients, and the KV tokens reserved by requests in flight when asked), and the objective is the
+clients, and the KV tokens reserved by requests in flight, ``llmopt.kv``), and the objective is the
 whole plan's total under the time model. CP-SAT starts from the current plan, so a window never
 makes the plan worse. Windows slide over the plan until the time runs out.
 """
@@ -71,11 +71,11 @@ def _window_model(problem: PDProblem, plan: Plan, lo: int, hi: int, model: str, 
             s = position(k)
         e = md.NewIntVar(0, H + length, f"e{i}")
         intervals.append(md.NewIntervalVar(s, length, e, f"r{i}"))
-        demands.append(int(problem.inp[i] + problem.out[i]))
+        demands.append(int(problem.footprint[i]))
         md.Add(d_end >= e)
     md.AddCumulative(intervals, [1] * len(intervals), problem.clients)
-    if kv and problem.kv_capacity:
-        md.AddCumulative(intervals, demands, int(problem.kv_capacity))
+    if kv and problem.kv_capacity is not None:
+        md.AddCumulative(intervals, demands, problem.kv_capacity)
     cost = []
     for k in window:
         members = [(i, choice[i][k - lo]) for i in free]

@@ -27,6 +27,10 @@ Conventions fixed here (docs/formulations.md has the reasoning):
   not at level 0, at least as many bins are used as any client has requests (and at least
   ceil(ΣN^p/N^cap_L)), and the decode stages last at least T_d times the bin-packing optimum in
   tokens. ``cuts=False`` solves eqs 1–25 bare.
+- Memory (llmopt's addition, ``llmopt.kv``): with a KV capacity M, the requests active in a
+  bin's decode stage reserve at most M, Σ_ij (N^p_i + N^d_i) d_ijk ≤ M for every k. A request in
+  flight during prefill stage k is active in decode stage k (eqs 9–10), and the reserved total
+  only falls until the next prefill stage, so this is the memory rule exactly.
 """
 
 from __future__ import annotations
@@ -91,6 +95,10 @@ def build(problem: PDProblem, bins: int, literal: bool = False, cuts: bool = Tru
     m.c16 = pyo.Constraint(J, K, rule=lambda m, j, k: sum(m.p[i, j, k] for i in I) <= 1)
     m.c17 = pyo.Constraint(I, J, rule=lambda m, i, j: sum(m.p[i, j, k] for k in K) == m.x[i, j])
     m.c18 = pyo.Constraint(I, rule=lambda m, i: sum(m.x[i, j] for j in J) == 1)
+    if problem.kv_capacity is not None:
+        size = [int(v) for v in problem.footprint]
+        m.kv = pyo.Constraint(K, rule=lambda m, k: sum(size[i] * m.d[i, j, k] for i in I
+                                                       for j in J) <= problem.kv_capacity)
     if cuts:
         # Symmetric copies removed (the optimum is unchanged): clients are interchangeable, so
         # request i may use clients 0..i; an empty bin can merge into the decode stage before

@@ -27,6 +27,8 @@ import pandas as pd
 
 from llmopt.errors import InstanceError
 from llmopt.instance import Instance
+from llmopt.kv import ReservationLedger, footprint, reserved_peak
+from llmopt.limits import resolve_limits
 from llmopt.profiles import PangLinearProfile, prefill_levels
 from llmopt.schedule import ITERATION_COLUMNS, Schedule
 
@@ -45,7 +47,7 @@ class PDProblem:
     cap: int                 # N^cap_L: largest prefill level (tokens)
     levels: tuple[tuple[int, float], ...]  # (N^cap_l, T^p_l), level 0 = (0, 0)
     profile: PangLinearProfile
-    kv_capacity: float | None = None
+    kv_capacity: int | None = None      # M: KV tokens (None: unlimited)
 
     @classmethod
     def from_instance(cls, instance: Instance, level_step: int | None = None) -> PDProblem:
@@ -64,18 +66,22 @@ class PDProblem:
                                 "arrive at time 0", file=instance.label(),
                                 field="requests.arrival_ms")
         cap, _ = largest_prefill_level(instance)
-        kv = instance.system.kv_capacity or (profile.kv.tokens if profile.kv else None)
         return cls(
             ids=tuple(instance.ids), inp=instance.input_tokens.copy(),
             out=instance.output_tokens.copy(), clients=instance.system.clients,
             t_round=round(profile.decode_round_ms(instance.system.clients), 9), cap=cap,
             levels=tuple(prefill_levels(profile, cap, level_step)), profile=profile,
-            kv_capacity=kv,
+            kv_capacity=resolve_limits(instance).kv_tokens,
         )
 
     @property
     def n(self) -> int:
         return len(self.ids)
+
+    @property
+    def footprint(self) -> np.ndarray:
+        """KV tokens each request reserves while in flight (``llmopt.kv``)."""
+        return footprint(self.inp, self.out)
 
     def level_ms(self, tokens: int) -> float:
         """T^p of the smallest level holding ``tokens`` (eqs 5–7); 0 for an empty stage."""
@@ -163,6 +169,11 @@ class Plan:
                 break
         if ((self.client < 0) | (self.client >= problem.clients)).any():
             reasons.append("client out of range")
+        if problem.kv_capacity is not None:
+            peak, at = reserved_peak(start, end, problem.footprint)
+            if peak > problem.kv_capacity:
+                reasons.append(f"requests in flight reserve {peak} KV tokens at decode position "
+                               f"{int(at)}, more than the capacity {problem.kv_capacity}")
         return reasons
 
     def to_data(self, problem: PDProblem) -> dict[str, Any]:
@@ -185,27 +196,31 @@ class Plan:
 def earliest_plan(problem: PDProblem, bins: list[list[int]], client: np.ndarray | None = None,
                   source: str = "") -> Plan:
     """The plan that prefills ``bins`` in order, each as early on the decode axis as the
-    clients allow. Without ``client``, requests take the free client that freed first."""
+    clients and the KV memory allow. Without ``client``, requests take the free clients that
+    freed first. Raises ValueError for a bin that alone exceeds the KV capacity."""
     n = problem.n
     bins = [list(b) for b in bins if b]
     free_at = np.zeros(problem.clients, dtype=np.int64)  # decode position the client is free
-    busy_until = np.zeros(problem.clients, dtype=np.int64)
     assigned = np.full(n, -1, dtype=np.int64) if client is None else np.asarray(client).copy()
+    memory = ReservationLedger(problem.kv_capacity)
+    size = problem.footprint
     starts: list[int] = []
     position = 0
     for members in bins:
         if client is None:
             # the |members| clients that free first; the bin starts when the last of them frees
-            chosen = np.argsort(busy_until, kind="stable")[: len(members)]
-            position = max(position, int(busy_until[chosen].max()) if len(chosen) else position)
+            chosen = np.argsort(free_at, kind="stable")[: len(members)]
+            position = max(position, int(free_at[chosen].max()))
             for i, j in zip(members, chosen, strict=True):
                 assigned[i] = j
         else:
             position = max(position, max(int(free_at[assigned[i]]) for i in members))
+        position = memory.earliest_fit(position, int(size[members].sum()))
         starts.append(position)
         for i in members:
-            j = int(assigned[i])
-            free_at[j] = busy_until[j] = position + int(problem.out[i])
+            end = position + int(problem.out[i])
+            free_at[int(assigned[i])] = end
+            memory.add(end, int(size[i]))
     return Plan(bins, starts, assigned, source)
 
 
@@ -241,6 +256,7 @@ def stage_schedule(problem: PDProblem, plan: Plan) -> Schedule:
     finish = np.full(n, np.nan)
     d_end = plan.decode_end(problem)
     bounds = [*plan.starts[1:], d_end]
+    bin_of = plan.bin_of(n)
     for k, members in enumerate(plan.bins):
         tokens = int(problem.inp[members].sum())
         dur = problem.level_ms(tokens)
@@ -249,7 +265,7 @@ def stage_schedule(problem: PDProblem, plan: Plan) -> Schedule:
                 seg_rows.append((ids[i], int(plan.client[i]), 0, "prefill", t, t + dur,
                                  int(problem.inp[i])))
             kv += tokens
-            in_flight = int(((start <= plan.starts[k]) & (end > plan.starts[k])).sum())
+            in_flight = int(((bin_of <= k) & (end > plan.starts[k])).sum())
             it_rows.append((0, t, t + dur, "prefill", len(members), tokens, 0, kv, 0, in_flight))
             t += dur
         lo, hi = plan.starts[k], bounds[k]

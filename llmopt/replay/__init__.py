@@ -17,6 +17,8 @@ import numpy as np
 
 from llmopt.errors import OptionError, SolutionFileError
 from llmopt.instance import Instance
+from llmopt.kv import footprint
+from llmopt.limits import resolve_limits
 from llmopt.progress import SILENT, Progress
 from llmopt.replay.continuous import ContinuousEngine
 from llmopt.replay.pd import PDEngine, PDPolicy
@@ -51,12 +53,14 @@ def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = 
     assignment = _global_assignment(instance, policy, plan, binpacking_time_limit_s, progress)
     order = _plan_order(instance, plan) if policy == "plan" else None
     stages = (plan or {}).get("stages") if policy == "plan" else None
+    if stages is not None:
+        _check_stages_fit(instance, stages)
     schedules = []
     for e, members in enumerate(_route(instance, assignment)):
         local_assign = ({k: int(assignment[m]) % J for k, m in enumerate(members)}
                         if assignment is not None else None)
-        local_order = (_local_order(order, instance.ids, members, J, e)
-                       if order is not None else None)
+        local_order = (_local_order(order, instance.ids, members, J, e, assignment)
+                       if order is not None and assignment is not None else None)
         progress.stage(f"replaying {policy} on instance {e} ({len(members)} requests)")
         if stages is not None:
             chosen: PDPolicy = pang.StagePlan(_local_stages(stages, instance.ids, members),
@@ -143,19 +147,57 @@ def _plan_order(instance: Instance, plan: Mapping[str, Any] | None) -> dict[int,
 
 
 def _local_order(order: dict[int, list[str]], ids: list[str], members: np.ndarray, J: int,
-                 e: int) -> dict[int, list[int]]:
-    """The plan's per-client order for model instance ``e``, in the engine's local indices."""
+                 e: int, assignment: np.ndarray) -> dict[int, list[int]]:
+    """The plan's per-client order for model instance ``e``, in the engine's local indices;
+    each client's list must be exactly the requests the plan assigns to it."""
     local = {ids[m]: k for k, m in enumerate(members)}
     out: dict[int, list[int]] = {}
-    for client, rids in order.items():
-        if client // J != e:
-            continue
-        missing = [r for r in rids if r not in local]
-        if missing:
-            raise SolutionFileError("order lists a request not assigned to that client",
-                                    field=f"order.{client}", value=missing[0])
+    for client in range(e * J, (e + 1) * J):
+        rids = order.get(client, [])
+        mine = {ids[m] for m in members if assignment[m] == client}
+        if sorted(rids) != sorted(mine):
+            stray = sorted(set(rids) ^ mine) or rids
+            raise SolutionFileError("order must list each request assigned to the client "
+                                    "exactly once", field=f"order.{client}", value=stray[0])
         out[client % J] = [local[r] for r in rids]
     return out
+
+
+def _check_stages_fit(instance: Instance, stages: Any) -> None:
+    """Every request in exactly one stage; no stage alone over the prefill budget or the KV
+    capacity (such a plan cannot be followed)."""
+    if not isinstance(stages, list):
+        raise SolutionFileError("stages must be a list of {requests, decode_rounds}",
+                                field="stages")
+    seen: dict[str, int] = {}
+    for k, stage in enumerate(stages):
+        reqs = stage.get("requests") if isinstance(stage, dict) else None
+        if not isinstance(reqs, list):
+            raise SolutionFileError("each stage needs requests (a list) and decode_rounds "
+                                    "(an integer ≥ 0)", field=f"stages[{k}]")
+        for rid in reqs:
+            if not isinstance(rid, str) or rid in seen or rid not in instance.ids:
+                why = ("is in two stages" if rid in seen else "is not a request id of the "
+                       "instance")
+                raise SolutionFileError(why, field=f"stages[{k}].requests", value=rid)
+            seen[rid] = k
+    missing = [rid for rid in instance.ids if rid not in seen]
+    if missing:
+        raise SolutionFileError("every request must be in one stage", field="stages",
+                                value=missing[0])
+    index = {rid: i for i, rid in enumerate(instance.ids)}
+    limits = resolve_limits(instance)
+    most_tokens = limits.prefill_tokens or float("inf")
+    most_kv = limits.kv_tokens or float("inf")
+    for k, stage in enumerate(stages):
+        members = [index[r] for r in stage["requests"]]
+        tokens = int(instance.input_tokens[members].sum())
+        need = int(footprint(instance.input_tokens[members],
+                             instance.output_tokens[members]).sum())
+        if tokens > most_tokens or need > most_kv:
+            raise SolutionFileError(
+                f"stage prefills {tokens} prompt tokens reserving {need} KV tokens; one stage "
+                f"may take at most {most_tokens} and {most_kv}", field=f"stages[{k}]")
 
 
 def _local_stages(stages: Any, ids: list[str], members: np.ndarray

@@ -12,9 +12,10 @@ business (``llmopt.replay.policies``). The engine advances runs of identical dec
 step: a policy says how many rounds it will not change its mind for, and the engine stops early
 at the next completion or, when a client is free, the next arrival.
 
-KV memory: a request is admitted only when the KV tokens reserved by in-flight requests
-(input + output each) plus its own fit ``system.kv_capacity`` (else the profile's KV cache);
-the tokens actually held (input + decoded so far) are recorded per iteration.
+KV memory (the rule of ``llmopt.kv``): a request is admitted only when the KV tokens reserved by
+in-flight requests (input + output each) plus its own fit ``system.kv_capacity`` (else the
+profile's KV cache); the tokens actually held (input + decoded so far) are recorded per
+iteration.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from llmopt.errors import InstanceError
+from llmopt.errors import InstanceError, InternalError
 from llmopt.instance import Instance
+from llmopt.kv import footprint
+from llmopt.limits import resolve_limits
 from llmopt.profiles import PangLinearProfile
 from llmopt.replay.recorder import Recorder
 from llmopt.schedule import Schedule
@@ -86,9 +89,9 @@ class PDEngine:
         self.arr = instance.arrival_ms[members]
         self.n = len(members)
         self.J = instance.system.clients
-        self.P = instance.system.max_prefill_tokens or profile.max_prefill_tokens or math.inf
-        kv = instance.system.kv_capacity or (profile.kv.tokens if profile.kv else None)
-        self.M = kv or math.inf
+        limits = resolve_limits(instance)
+        self.P = limits.prefill_tokens or math.inf
+        self.M = limits.kv_tokens or math.inf
         self._check_fits(instance)
 
         self.status = np.full(self.n, PENDING, dtype=np.int8)
@@ -116,7 +119,7 @@ class PDEngine:
                 f"request {self.ids[i]} has {int(self.inp[i])} prompt tokens, more than one "
                 "prefill stage may hold", file=instance.label(),
                 field="system.max_prefill_tokens", value=self.P)
-        need = self.inp + self.out
+        need = footprint(self.inp, self.out)
         too_big = np.flatnonzero(need > self.M)
         if len(too_big):
             i = int(too_big[0])
@@ -160,8 +163,8 @@ class PDEngine:
                 self.t = max(self.t, float(self.arr[order[next_arrival]]))
                 continue
             stuck = [self.ids[i] for i in np.flatnonzero(self.status != DONE)[:3]]
-            raise InstanceError(f"policy {self.policy.name} left requests unscheduled, e.g. "
-                                f"{stuck}", file=self.instance.label(), field="requests")
+            raise InternalError(f"{self.instance.label()}: policy {self.policy.name} left "
+                                f"requests unscheduled with nothing running, e.g. {stuck}")
         return self._schedule()
 
     def _prefill(self, pairs: list[tuple[int, int]]) -> None:
@@ -176,7 +179,7 @@ class PDEngine:
         self.client[reqs] = clients
         self.client_req[clients] = reqs
         self.kv_held += tokens
-        self.kv_reserved += int((self.inp[reqs] + self.out[reqs]).sum())
+        self.kv_reserved += int(footprint(self.inp[reqs], self.out[reqs]).sum())
         self.rec.iterations(np.array([start]), np.array([end]), "prefill", len(reqs), tokens, 0,
                             self.kv_held, running=len(self.decoding) + len(reqs))
         self.decoding = np.concatenate([self.decoding, reqs])
@@ -220,7 +223,7 @@ class PDEngine:
             self.client_req[self.client[done]] = -1
             self.client_free_round[self.client[done]] = self.rounds
             self.kv_held -= int((self.inp[done] + self.out[done]).sum())
-            self.kv_reserved -= int((self.inp[done] + self.out[done]).sum())
+            self.kv_reserved -= int(footprint(self.inp[done], self.out[done]).sum())
             self.decoding = idx[~finished]
         return len(done)
 

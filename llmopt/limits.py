@@ -1,0 +1,37 @@
+"""System limits resolved once from an instance's ``system`` and its cost profile.
+
+The instance's ``system`` fields win; a profile may carry defaults (the Pang profile its KV
+cache and largest prefill stage, the InferMax profiles M and C). Every engine, model and the
+solution checks read the limits from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmopt.instance import Instance
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per model instance: ``clients`` J (requests running at once), ``kv_tokens`` M,
+    ``batch_tokens`` C (tokens one iteration may process), ``prefill_tokens`` P (prompt tokens
+    one prefill stage or batch may take). None: no limit given."""
+
+    clients: int
+    kv_tokens: int | None
+    batch_tokens: int | None
+    prefill_tokens: int | None
+
+
+def resolve_limits(instance: Instance) -> Limits:
+    system, profile = instance.system, instance.profile
+    cache = getattr(profile, "kv", None)
+    kv = (system.kv_capacity or getattr(profile, "kv_capacity", None)
+          or (cache.tokens if cache is not None else None))
+    return Limits(
+        clients=system.clients,
+        kv_tokens=kv,
+        batch_tokens=system.max_batch_tokens or getattr(profile, "max_batch_tokens", None),
+        prefill_tokens=system.max_prefill_tokens or getattr(profile, "max_prefill_tokens", None),
+    )
