@@ -208,18 +208,23 @@ def validate(
     Exit 0 when valid, 1 (with the reasons) when not."""
     from llmopt.instance import load_instance
     from llmopt.result import read_solution
-    from llmopt.validate import validate_solution
+    from llmopt.validate import check_solution
 
     inst = load_instance(instance)
     sol = read_solution(solution)
-    reasons = validate_solution(inst, sol)
-    if reasons:
-        out.print(f"[bold red]invalid[/]: {solution}")
-        for r in reasons:
-            out.print(f"  - {r}")
+    verdict = check_solution(inst, sol)
+    if verdict.reasons:
+        out.print(f"[bold red]invalid[/]: {solution}", soft_wrap=True)
+        for r in verdict.reasons:
+            out.print(f"  - {r}", soft_wrap=True)
         raise typer.Exit(1)
+    objective = sol.get("objective")
+    shown = f"objective {objective:,.1f} ms" if isinstance(objective, int | float) \
+        else "no objective"
     out.print(f"[bold green]valid[/]: {solution} ({sol['problem']}, {sol['status']}, "
-              f"objective {_fmt_ms(sol['objective'])} ms)")
+              f"{shown})", soft_wrap=True)
+    for note in verdict.notes:
+        out.print(f"note: {note}", soft_wrap=True)
 
 
 PolicyOpt = Annotated[

@@ -15,6 +15,7 @@ from matplotlib.axes import Axes
 
 from llmopt._io import write_atomic
 from llmopt.instance import Instance
+from llmopt.limits import resolve_limits
 
 
 def _axes(ax: Axes | None, height_for: int) -> Axes:
@@ -215,8 +216,6 @@ def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str =
                  metrics: dict[str, Any] | None = None, continuous: bool | None = None):
     """Gantt chart with the KV-memory panel beneath (shared time axis). Continuous-batching
     schedules of up to 64 requests get one row per request with evictions marked."""
-    from llmopt.validate_schedule import kv_capacity
-
     if continuous is None:
         continuous = bool((segments["phase"].isin(["evict", "refill"])).any()) or \
             getattr(instance.profile, "family", "") == "infermax"
@@ -242,7 +241,7 @@ def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str =
                unit=unit, request_order=list(instance.ids))
     if with_kv:
         ax.set_xlabel("")
-        plot_kv(iterations, kv_capacity(instance), ax=axes[1], unit=unit)
+        plot_kv(iterations, resolve_limits(instance).kv_tokens, ax=axes[1], unit=unit)
     return ax
 
 

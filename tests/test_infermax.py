@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from infermax_bruteforce import optimum
 
 from llmopt.formulations import infermax_csp
 from llmopt.instance import instance_from_mapping, load_instance
@@ -18,6 +17,7 @@ from llmopt.replay import replay, replay_result
 from llmopt.replay.continuous import ContinuousEngine
 from llmopt.replay.policies.infermax import SCHEDULERS
 from llmopt.validate import validate_solution
+from llmopt.validate.infermax_exact import optimum
 
 TOY = Path(__file__).resolve().parent.parent / "instances" / "toy"
 PROFILE = "infermax-llama2-7b-a100"

@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-from pd_bruteforce import replay_model_total, stage_model_total
 
 from llmopt.formulations.pd_grid import grid_plan
 from llmopt.formulations.pd_lns import improve_plan
@@ -18,10 +17,23 @@ from llmopt.instance import instance_from_mapping, load_instance
 from llmopt.replay import replay
 from llmopt.solve import solve
 from llmopt.validate import validate_solution
+from llmopt.validate.pd_exact import optimal_total
 
 PROFILE = {"family": "pang_linear", "source": "Pang et al. 2025 V.A, small level step for tests",
            "prefill": {"overhead_ms": 25, "per_token_ms": 0.13},
            "decode": {"overhead_ms": 29, "per_client_ms": 0.21}, "prefill_level_step": 32}
+
+
+def stage_model_total(inp, out, clients, levels, cap, t_round, kv=None):
+    """Optimum under the original MIP's stage model (level times, T_d per round)."""
+    return optimal_total(inp, out, clients, cap,
+                         lambda tokens: next(ms for c, ms in levels if tokens <= c), t_round, kv)
+
+
+def replay_model_total(inp, out, clients, cap, prefill, decode, kv=None):
+    """Optimum under the replay engine's model (prefill/decode are (overhead, per-unit))."""
+    return decode[1] * sum(out) + optimal_total(
+        inp, out, clients, cap, lambda tokens: prefill[0] + prefill[1] * tokens, decode[0], kv)
 
 
 def tiny(seed: int, n_range=(2, 5), clients_range=(1, 4)):

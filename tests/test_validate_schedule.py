@@ -81,7 +81,7 @@ CORRUPTIONS = {
     "request missing": (_drop_request, "never scheduled"),
     "objective wrong": (_wrong_objective, "objective"),
     "unknown phase": (_unknown_phase, "phase"),
-    "kv log inconsistent": (_wrong_kv_log, "KV"),
+    "kv log inconsistent": (_wrong_kv_log, "kv_tokens"),
     "utilization wrong": (_wrong_utilization, "utilization"),
     "optimal without proof": (_claims_optimal, "status"),
 }
@@ -105,10 +105,24 @@ def test_kv_over_capacity_is_caught(case):
     assert any("exceeds capacity" in r for r in reasons), reasons
 
 
-def test_without_iteration_log_the_reservation_check_applies(case):
+def test_pd_reservation_rule_is_checked_beside_held_memory(case):
+    # PD competition reserves input + output tokens per request in flight; a capacity between
+    # the peak held and the peak reserved is broken by the reservation rule alone
     inst, sol = case
-    smaller = inst.with_system(kv_capacity=40)
-    bare = {k: v for k, v in sol.items() if k != "iterations"}
-    bare["instance_sha256"] = smaller.sha256
-    reasons = validate_solution(smaller, bare)
+    held_peak = max(sol["iterations"]["kv_tokens"])
+    size = {r.id: r.input_tokens + r.output_tokens for r in inst.requests}
+    spans = {}
+    for s in sol["segments"]:
+        lo, hi = spans.get(s["request"], (s["start_ms"], s["end_ms"]))
+        spans[s["request"]] = (min(lo, s["start_ms"]), max(hi, s["end_ms"]))
+    events = sorted([(a, 1, size[r]) for r, (a, _) in spans.items()]
+                    + [(b, 0, -size[r]) for r, (_, b) in spans.items()])
+    reserved, peak = 0, 0
+    for _, _, delta in events:
+        reserved += delta
+        peak = max(peak, reserved)
+    assert held_peak < peak
+    smaller = inst.with_system(kv_capacity=held_peak)
+    reasons = validate_solution(smaller, dict(sol, instance_sha256=smaller.sha256))
     assert any("reserve" in r for r in reasons), reasons
+    assert not any("exceeds capacity" in r for r in reasons), reasons

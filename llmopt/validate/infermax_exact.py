@@ -1,4 +1,5 @@
-"""Brute-force optimum of the InferMax scheduling problem (offline, tiny instances).
+"""Brute-force optimum of the InferMax scheduling problem (offline, tiny instances), and a serial
+schedule that exists whenever every request fits the memory alone.
 
 Written from section 3 of Kim et al. 2025, independently of the CSP: a shortest path over
 states (per request: sequence length S, cached KVs m) where each batch chooses, per request,
@@ -28,18 +29,28 @@ def batch_time(profile, work: list[tuple[int, int, bool]]) -> float:
     return t
 
 
-def optimum(profile, requests: list[tuple[int, int]], M: int, C: int, P: int) -> float:
-    """Least total latency (end of the last batch) of ``requests`` = [(I, O), ...]."""
+class BudgetExceeded(Exception):
+    """The search settled more states than it was allowed."""
+
+
+def optimum(profile, requests: list[tuple[int, int]], M: int, C: int, P: int,
+            max_states: int | None = None) -> float:
+    """Least total latency (end of the last batch) of ``requests`` = [(I, O), ...]; raises
+    ValueError when no schedule fits M, BudgetExceeded after ``max_states`` settled states."""
     start = tuple((i, 0) for i, _ in requests)
     goal = tuple((i + o, 0) for i, o in requests)
     best = {start: 0.0}
     heap = [(0.0, start)]
+    settled = 0
     while heap:
         cost, state = heapq.heappop(heap)
         if state == goal:
             return cost
         if cost > best.get(state, float("inf")):
             continue
+        settled += 1
+        if max_states is not None and settled > max_states:
+            raise BudgetExceeded
         options = []
         for (S, m), (I, O) in zip(state, requests, strict=True):
             if S == I + O:
@@ -79,3 +90,25 @@ def optimum(profile, requests: list[tuple[int, int]], M: int, C: int, P: int) ->
                 best[state2] = cost2
                 heapq.heappush(heap, (cost2, state2))
     raise ValueError("no schedule fits M")
+
+
+def serial_total(profile, requests: list[tuple[int, int, float]], M: int, C: int,
+                 P: int) -> float | None:
+    """End of a schedule that runs the requests ((I, O, arrival)) one at a time in arrival
+    order: the prompt in chunks of at most min(C, P) tokens, then O − 1 decodes; None when a
+    request alone exceeds M (it holds I + O − 1 KVs at the end)."""
+    t = 0.0
+    step = min(C, P)
+    for I, O, arrival in sorted(requests, key=lambda r: r[2]):
+        if I + O - 1 > M or step < 1:
+            return None
+        t = max(t, arrival)
+        m = 0
+        while m < I:
+            c = min(step, I - m)
+            t += batch_time(profile, [(c, m, False)])
+            m += c
+        for _ in range(O - 1):
+            t += batch_time(profile, [(1, m, True)])
+            m += 1
+    return t

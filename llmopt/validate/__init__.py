@@ -1,0 +1,63 @@
+"""Independent checks of solution files against their instance.
+
+Nothing here calls the code that produced a solution: loads, schedules, objectives and claims
+are re-derived from the instance and the profile's fields alone. :func:`check_solution` returns
+a :class:`Verdict` (the reasons a solution is wrong, and notes on what was verified and what was
+taken on trust); :func:`validate_solution` just the reasons (empty when valid).
+
+What a verdict of "valid" establishes, per problem:
+
+- the data describe a feasible answer: every load, every segment, the KV memory, the token
+  budgets and every iteration time are recomputed; every stated metric, plan and total equals
+  the recomputed one;
+- no claimed bound is above a schedule known to exist (the validator's own heuristics, the
+  same schedule without idle time, the heuristics the file itself lists), no ``infeasible``
+  claim stands beside such a schedule, and closed-form bounds named in a proof line are
+  recomputed;
+- on small instances the optimum is recomputed by an exhaustive method of the validator's own
+  and every claim is checked against it; above that size a claim of optimality is reported as
+  the solver's, not independently checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from llmopt.instance import Instance
+from llmopt.validate.binpacking import check_binpacking
+from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
+from llmopt.validate.infermax import check_infermax, check_replay
+from llmopt.validate.pd_competition import check_pd_competition
+
+CHECKERS: dict[str, Callable[[Instance, dict[str, Any], Verdict], Evidence]] = {
+    "binpacking": check_binpacking,
+    "replay": check_replay,
+    "pd-competition": check_pd_competition,
+    "infermax-csp": check_infermax,
+}
+
+
+def check_solution(instance: Instance, solution: dict[str, Any]) -> Verdict:
+    """Everything the validator can establish about ``solution`` (see the module doc)."""
+    verdict = Verdict()
+    if not isinstance(solution, dict):
+        verdict.reasons.append("a solution must be a JSON object")
+        return verdict
+    verdict.reasons += check_header(instance, solution)
+    problem = solution.get("problem")
+    checker = CHECKERS.get(problem) if isinstance(problem, str) else None
+    if checker is None:
+        verdict.reasons.append(f"unknown problem {problem!r}")
+        return verdict
+    evidence = checker(instance, solution, verdict)
+    check_claims(solution, evidence, verdict)
+    return verdict
+
+
+def validate_solution(instance: Instance, solution: dict[str, Any]) -> list[str]:
+    """Reasons why ``solution`` is not a valid answer for ``instance`` (empty list if valid)."""
+    return check_solution(instance, solution).reasons
+
+
+__all__ = ["CHECKERS", "Verdict", "check_solution", "validate_solution"]
