@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.exceptions import TyperException
 from rich.console import Console
 from rich.table import Table
 
+from llmopt import __version__
 from llmopt.errors import LlmoptError
 
 app = typer.Typer(
@@ -40,7 +45,8 @@ TimeLimitOpt = Annotated[
 
 
 def user_errors(fn: F) -> F:
-    """Turn :class:`LlmoptError` into one line on stderr and exit code 2."""
+    """Turn :class:`LlmoptError` into one line on stderr and exit code 2; any other exception
+    is a bug: one line saying so, the traceback in a log file, exit code 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -52,8 +58,25 @@ def user_errors(fn: F) -> F:
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except Exception as exc:
+            log = _write_crash_log()
+            err.print(f"[bold red]internal error[/] (a bug in llmopt, not in your input): "
+                      f"{type(exc).__name__}: {exc}; the traceback is in {log}",
+                      markup=True, soft_wrap=True)
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _write_crash_log() -> str:
+    """The current exception's traceback in a new file of the temporary folder; its path."""
+    fd, path = tempfile.mkstemp(prefix="llmopt-crash-", suffix=".log")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"llmopt {__version__}, command: {' '.join(sys.argv)}\n\n")
+        fh.write(traceback.format_exc())
+    return path
 
 
 def _progress(verbose: bool):

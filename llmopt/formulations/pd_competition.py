@@ -34,7 +34,7 @@ import numpy as np
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
-from llmopt.errors import OptionError
+from llmopt.errors import InternalError, OptionError
 from llmopt.formulations import pd_compact, pd_lns, pd_original
 from llmopt.formulations.pd_grid import best_grid_plan
 from llmopt.formulations.pd_plan import (
@@ -184,6 +184,9 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
     total = plan.total_ms(problem, time_model)
     if total > best_total + 1e-6:  # keep the better of the solver's plan and the incumbent
         plan, total = best, best_total
+    broken = plan.check(problem)
+    if broken:
+        raise InternalError(f"the {plan.source} plan breaks a rule of the problem: {broken[0]}")
     global_bounds = pd_bounds(instance, time_model)
     bound = max(b.value_ms for b in global_bounds)
     notes = [f"K = {K} bins; K_max = {k_max}", f"time model: {time_model}"]

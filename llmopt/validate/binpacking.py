@@ -154,7 +154,8 @@ class _GiveUp(Exception):
     pass
 
 
-_NAMED_PART = re.compile(r"([A-Za-z][\w()/]*)=(\d+)")
+_NAMED_PART = re.compile(r"(ceil\(sum/J\)|[A-Za-z_]\w*)=(\d+)")
+_CLOSING = re.compile(r"= (\d+) tokens \((.+)\)\s*$")
 
 
 def _check_named_bounds(sol: dict[str, Any], bounds: dict[str, int], t_round: float,
@@ -165,6 +166,12 @@ def _check_named_bounds(sol: dict[str, Any], bounds: dict[str, int], t_round: fl
     named: dict[str, int] = {}
     if isinstance(proof, str):
         named.update({k: int(v) for k, v in _NAMED_PART.findall(proof)})
+        closing = _CLOSING.search(proof)
+        if closing and closing[2] in named and named[closing[2]] != int(closing[1]):
+            reasons.append(f"the proof concludes {closing[2]} = {closing[1]} tokens but lists "
+                           f"{closing[2]} = {named[closing[2]]}")
+        elif closing:
+            named.setdefault(closing[2], int(closing[1]))
     field = sol.get("lower_bound")
     if field is not None:
         if not (isinstance(field, dict) and isinstance(field.get("name"), str)

@@ -134,8 +134,9 @@ def check_claims(sol: dict[str, Any], ev: Evidence, verdict: Verdict) -> None:
                                  f"{ev.optimum:.3f} ms")
         else:
             why = f" ({ev.unchecked_why})" if ev.unchecked_why else ""
-            verdict.notes.append(f"optimality claimed by {solver}, not independently "
-                                 f"checked{why}")
+            proof = sol.get("proof")
+            verdict.notes.append(f"optimality claimed by {solver} ({proof}), not "
+                                 f"independently checked{why}")
     elif status == "infeasible" and not reasons:
         verdict.notes.append(f"infeasibility claimed by {solver}, not independently checked")
 
