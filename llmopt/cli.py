@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from typer.exceptions import TyperException
 from rich.console import Console
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from llmopt import __version__
 from llmopt.errors import LlmoptError

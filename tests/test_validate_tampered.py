@@ -193,8 +193,9 @@ def heuristic_below_bound(inst, sol):
 
 
 def swap_assignment(inst, sol):
-    a, b = [rid for rid, c in sol["assignment"].items()
-            if c != next(iter(sol["assignment"].values()))][:1] + [next(iter(sol["assignment"]))]
+    first = next(iter(sol["assignment"]))
+    a = next(rid for rid, c in sol["assignment"].items() if c != sol["assignment"][first])
+    b = first
     sol["assignment"][a], sol["assignment"][b] = sol["assignment"][b], sol["assignment"][a]
 
 

@@ -236,4 +236,7 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
               "metrics": metrics, "segments": schedule.segments_records(),
               "iterations": schedule.iterations_columns()},
     )
+    if policy in SCHEDULERS and SCHEDULERS[policy].unlimited_memory:
+        result.data["unlimited_memory"] = True
+        result.notes.append("a hypothetical schedule: the KV capacity is ignored")
     return result, schedule

@@ -60,7 +60,11 @@ def check_replay(instance: Instance, sol: dict[str, Any], verdict: Verdict) -> E
                                f"status must be feasible, not {sol.get('status')!r}")
         return ev
     model = "infermax" if sol.get("mode") == "continuous" else "replay"
-    found, checked = check_schedule(instance, sol, model)
+    memory = sol.get("unlimited_memory") is not True
+    if not memory:
+        verdict.notes.append("KV capacity not checked: the file says the schedule assumes "
+                             "unlimited memory")
+    found, checked = check_schedule(instance, sol, model, memory)
     verdict.reasons.extend(found)
     if checked is not None:
         ev.objective = checked.makespan_ms

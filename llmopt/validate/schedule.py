@@ -61,11 +61,12 @@ def kv_capacity(instance: Instance) -> int | None:
                                                   if cache else None)
 
 
-def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str
-                   ) -> tuple[list[str], Checked | None]:
+def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str,
+                   memory: bool = True) -> tuple[list[str], Checked | None]:
     """Reasons why the schedule in ``sol`` breaks a rule (see the module doc), and what was
     established when it breaks none. ``time_model``: ``stage``, ``replay`` (PD competition) or
-    ``infermax`` (continuous batching)."""
+    ``infermax`` (continuous batching); ``memory=False`` leaves the KV capacity unchecked (for
+    hypothetical schedules that assume unlimited memory; the KV log is still checked)."""
     continuous = time_model == "infermax"
     seg = segments_frame(sol, instance)
     if isinstance(seg, str):
@@ -75,9 +76,10 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str
         return [its_all], None
     reasons = _check_requests(instance, seg, continuous)
     reasons += _check_clients(seg, continuous)
+    capacity = kv_capacity(instance) if memory else None
     if not continuous:
         reasons += _check_no_overlap_of_phases(seg)
-        reasons += _check_reserved(instance, seg)
+        reasons += _check_reserved(seg, instance, capacity)
     frames, lives = [], []
     for inst in sorted(set(seg["instance"]) | set(its_all["instance"])):
         its = its_all[its_all["instance"] == inst].sort_values("start_ms", kind="stable")
@@ -87,7 +89,8 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str
             continue
         comp = _composition(part, len(its))
         comp["ready"] = _ready(instance, part, len(its))
-        reasons += _check_iterations(instance, its, comp, inst, continuous, time_model)
+        reasons += _check_iterations(instance, its, comp, inst, continuous, time_model,
+                                     capacity)
         frames.append(its.assign(**{f"_{k}": v for k, v in comp.items()}))
         lives.append(part)
     if reasons:
@@ -283,11 +286,10 @@ def _union(part: pd.DataFrame) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
-def _check_reserved(instance: Instance, seg: pd.DataFrame) -> list[str]:
+def _check_reserved(seg: pd.DataFrame, instance: Instance, cap: int | None) -> list[str]:
     """PD competition's memory rule: the requests in flight (first segment start to last
     segment end) reserve input + output KV tokens each, never more than the capacity; a
     request that ends at t has released its KVs before one starting at t reserves them."""
-    cap = kv_capacity(instance)
     if cap is None:
         return []
     size = {r.id: r.input_tokens + r.output_tokens for r in instance.requests}
@@ -430,9 +432,9 @@ def _composition(part: pd.DataFrame, R: int) -> dict[str, np.ndarray]:
 
 
 def _check_iterations(instance: Instance, its: pd.DataFrame, comp: dict[str, np.ndarray],
-                      inst: int, continuous: bool, time_model: str) -> list[str]:
+                      inst: int, continuous: bool, time_model: str, cap: int | None
+                      ) -> list[str]:
     reasons = []
-    cap = kv_capacity(instance)
     kv = comp["kv_tokens"]
     if cap is not None and len(kv) and kv.max() > cap:
         r = int(np.argmax(kv))
