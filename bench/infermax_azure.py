@@ -30,7 +30,7 @@ def one(policy: str, repeat: int) -> dict:
     """Replay ``policy`` ``repeat`` times in this process; the best wall time and the peak RSS
     (with the baseline after loading the instance)."""
     from llmopt.instance import load_instance
-    from llmopt.replay import replay
+    from llmopt.policies.replay import replay
 
     inst = load_instance(INSTANCE)
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -60,7 +60,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one, args.repeat)))
         return
-    from llmopt.replay.policies.infermax import SCHEDULERS
+    from llmopt.policies.infermax.configs import SCHEDULERS
 
     rows = []
     loops = [python_loop_s()]

@@ -16,9 +16,9 @@ from _common import ROOT, command_line, header, python_loop_s, update_section
 
 from llmopt import plot
 from llmopt.formulations import infermax_csp
+from llmopt.formulations.infermax_csp import replay_plan
 from llmopt.instance import instance_from_mapping
-from llmopt.replay import replay
-from llmopt.replay.continuous import PlannedEngine
+from llmopt.policies.replay import replay
 
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
 POINTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -58,7 +58,7 @@ def main() -> None:
         print(f"I={I}: {res.status} {res.objective:.3f} ms in {took:.1f} s, "
               f"{rows[-1]['evictions']} evictions", flush=True)
         if I in CHARTS:
-            optimal = PlannedEngine(inst, res.data["plan"], name="optimal").run()
+            optimal = replay_plan(inst, res.data["plan"])
             for name, sched in (("optimal", optimal), ("vllm", replay(inst, "vllm")),
                                 ("vllm-ef", replay(inst, "vllm-ef"))):
                 ax = plot.gantt_figure(inst, sched.segments, sched.iterations, policy=name,

@@ -13,7 +13,7 @@ from _common import ROOT, command_line, header, update_section
 from llmopt import plot
 from llmopt.bounds import pang_bounds
 from llmopt.instance import load_instance
-from llmopt.replay import replay
+from llmopt.policies.replay import replay
 
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
 PAPER = {  # total inference time (s), utilization (%): section V.B–C, Figs 6–9

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from llmopt.errors import LlmoptError
 from llmopt.instance import load_instance
+from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.replay import replay
 from llmopt.profiles import InferMaxProfile, PangLinearProfile
-from llmopt.replay import replay
-from llmopt.replay.policies.infermax import SCHEDULERS
 
 ROOT = Path(__file__).resolve().parent.parent
 PD_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")

@@ -13,7 +13,7 @@ import time
 from _common import ROOT, command_line, header, update_section
 
 from llmopt.instance import load_instance
-from llmopt.replay import replay
+from llmopt.policies.replay import replay
 
 POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
 
@@ -39,7 +39,7 @@ def main() -> None:
         "## Replay, PD competition (Pang et al. 2025)\n\n"
         + header(command_line())
         + f"- Instance: `instances/paper/gsm8k-llama65b.yaml` (1319 requests, 200 clients); "
-        f"`llmopt.replay.replay()` wall time over {args.repeat} runs, including the offline "
+        f"`llmopt.replay()` wall time over {args.repeat} runs, including the offline "
         "bin packing for `offline` and `hybrid` and building the schedule tables (not writing "
         "JSON or charts). Target: under 1 s.\n\n"
         "| policy | median | max | iterations | iterations/s | segments |\n"

@@ -258,7 +258,7 @@ OutOpt = Annotated[Path, typer.Option("--out", help="Folder for outputs.")]
 
 def _policies(text: str) -> list[str]:
     from llmopt.errors import OptionError
-    from llmopt.replay import policy_names
+    from llmopt.policies.registry import policy_names
 
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in policy_names()]
@@ -295,7 +295,7 @@ def replay(
     """Replay policies (and solver plans) through the iteration-level engine; write one solution
     JSON (with segments and metrics) and one Gantt chart per policy."""
     from llmopt.instance import load_instance
-    from llmopt.replay import replay_result
+    from llmopt.policies.replay import replay_result
     from llmopt.result import read_solution
 
     inst = load_instance(instance)

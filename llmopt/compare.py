@@ -14,8 +14,8 @@ import pandas as pd
 
 from llmopt.bounds import Bound, pang_bounds
 from llmopt.instance import Instance
+from llmopt.policies.replay import replay_result
 from llmopt.progress import SILENT, Progress
-from llmopt.replay import replay_result
 from llmopt.result import Result
 
 REPLAY_MODEL = "replay"

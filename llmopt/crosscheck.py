@@ -20,9 +20,9 @@ import numpy as np
 
 from llmopt.errors import LlmoptError
 from llmopt.instance import Instance, instance_from_mapping
+from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.replay import replay_result
 from llmopt.profiles import InferMaxProfile, PangLinearProfile
-from llmopt.replay import replay_result
-from llmopt.replay.policies.infermax import SCHEDULERS
 from llmopt.result import Result
 from llmopt.solve import solve
 from llmopt.validate import check_solution

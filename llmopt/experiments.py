@@ -9,8 +9,8 @@ import pandas as pd
 
 from llmopt._io import load_yaml_mapping
 from llmopt.instance import Instance, instance_from_mapping
+from llmopt.policies.replay import replay
 from llmopt.progress import SILENT, Progress
-from llmopt.replay import replay
 
 GSM8K = Path(__file__).resolve().parent.parent / "instances" / "paper" / "gsm8k-llama65b.yaml"
 

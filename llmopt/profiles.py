@@ -87,6 +87,21 @@ class PangLinearProfile(CostProfile):
             return 0.0
         return self.decode.overhead_ms + self.decode.per_client_ms * clients
 
+    def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
+                     chunks: int) -> float:
+        """An iteration of the simulation: a prefill stage or a decode round (PD competition
+        never mixes them)."""
+        if prefill_tokens and decodes:
+            raise ValueError("the stage model has no iteration mixing prefill and decode")
+        if prefill_tokens:
+            return self.prefill_stage_ms(prefill_tokens)
+        return self.decode_round_ms(decodes)
+
+    def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
+        """A decode-only iteration of ``decodes`` requests costs per_batch + per_kv · KVs read:
+        (per_batch, per_kv)."""
+        return self.decode_round_ms(decodes), 0.0
+
 
 class BilinearCoefficients(_Strict):
     alpha: float
@@ -151,6 +166,16 @@ class InferMaxProfile(CostProfile):
         return (self.bias_ms + self.per_token_ms * tokens + self.decode_kv_ms * decode_kv
                 + self.prefill_attention_ms * prefill_units
                 + self.per_prefill_request_ms * prefill_requests)
+
+    def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
+                     chunks: int) -> float:
+        """An iteration of the simulation (``batch_ms`` of its aggregates)."""
+        return self.batch_ms(prefill_tokens + decodes, decode_kv, units, chunks)
+
+    def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
+        """A decode-only iteration of ``decodes`` requests costs per_batch + per_kv · KVs read:
+        (per_batch, per_kv), summed in ``batch_ms``'s order."""
+        return self.bias_ms + self.per_token_ms * decodes, self.decode_kv_ms
 
 
 Profile = Annotated[PangLinearProfile | BilinearProfile | InferMaxProfile,

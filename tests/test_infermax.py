@@ -13,9 +13,9 @@ import pytest
 
 from llmopt.formulations import infermax_csp
 from llmopt.instance import instance_from_mapping, load_instance
-from llmopt.replay import replay, replay_result
-from llmopt.replay.continuous import ContinuousEngine
-from llmopt.replay.policies.infermax import SCHEDULERS
+from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.replay import deployment, replay, replay_result
+from llmopt.sim.cluster import simulate
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.infermax_exact import optimum
 
@@ -161,11 +161,8 @@ def test_steady_decode_runs_equal_iteration_by_iteration(name):
     # runs of identical decode-only batches are advanced in one step; simulating every
     # iteration on its own must give the same schedule
     for inst in (contended(), load_instance(TOY / "infermax-azure-sample.yaml")):
-        fast = ContinuousEngine(inst, SCHEDULERS[name])
-        slow = ContinuousEngine(inst, SCHEDULERS[name])
-        slow.steady_runs = False
-        fast_sched = fast.run()
-        assert_same_schedule(fast_sched, slow.run())
+        fast_sched = replay(inst, name)
+        assert_same_schedule(fast_sched, replay(inst, name, fast=False))
         if inst.name == "contended" and name in ("vllm", "sarathi", "evict-short"):
             assert fast_sched.metrics()["evictions"] > 0  # the runs meet evictions too
 
@@ -177,11 +174,12 @@ def test_ranked_batches_in_runs_equal_one_by_one(name):
     for inst in (contended(), contended(seed=5), contended(seed=17), contended(seed=28),
                  contended(seed=17, clients=64, span_ms=500.0),
                  load_instance(TOY / "infermax-azure-sample.yaml")):
-        bulk = ContinuousEngine(inst, SCHEDULERS[name])
-        single = ContinuousEngine(inst, SCHEDULERS[name])
-        single._rank_batch_in_runs = lambda b, unit, e=single: e._rank_batch_one_by_one(b)
-        bulk_sched = bulk.run()
-        assert_same_schedule(bulk_sched, single.run())
+        single = deployment(inst, name)
+        for policy in single.policies:
+            policy._rank_batch_in_runs = (  # type: ignore[method-assign]
+                lambda r, b, unit, p=policy: p._rank_batch_one_by_one(r, b))
+        bulk_sched = replay(inst, name)
+        assert_same_schedule(bulk_sched, simulate(inst, single))
         if inst.name == "contended":
             assert bulk_sched.metrics()["evictions"] > 0
 

@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 from conftest import TOY, make_instance
 from llmopt.bounds import pang_bounds
 from llmopt.instance import load_instance
-from llmopt.replay import PD_POLICIES, replay, replay_result
+from llmopt.policies.registry import policy_names
+from llmopt.policies.replay import replay, replay_result
 from llmopt.solve import solve
 from llmopt.validate import validate_solution
 
-POLICIES = [p for p in PD_POLICIES if p != "plan"]
+POLICIES = [p for p in policy_names("pang_linear") if p != "plan"]
 
 
 def prefill(tokens: int) -> float:  # the Pang profile, section V.A

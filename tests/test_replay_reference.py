@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from llmopt.instance import load_instance
-from llmopt.replay import replay
+from llmopt.policies.replay import replay
 
 TABLE = ROOT / "tests" / "data" / "replay_reference.csv"
 ROWS = list(csv.DictReader(TABLE.open()))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import make_instance
-from llmopt.replay import replay_result
+from llmopt.policies.replay import replay_result
 from llmopt.validate import validate_solution
 
 

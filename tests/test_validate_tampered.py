@@ -19,7 +19,7 @@ from conftest import make_instance
 from llmopt.formulations.pd_competition import heuristic_plans
 from llmopt.formulations.pd_plan import PDProblem, stage_schedule
 from llmopt.instance import instance_from_mapping
-from llmopt.replay import replay_result
+from llmopt.policies.replay import replay_result
 from llmopt.solve import solve
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.schedule import check_schedule, recomputed_metrics

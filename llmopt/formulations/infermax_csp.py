@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from llmopt.errors import InstanceError, OptionError
+from llmopt.errors import InstanceError, InternalError, OptionError, SolutionFileError
 from llmopt.instance import Instance
 from llmopt.profiles import InferMaxProfile
 from llmopt.progress import SILENT, Progress
@@ -440,8 +440,8 @@ def _hint(md, data: CSPData, plan: list[dict[str, Any]], N: int, var: dict) -> N
 def heuristic_schedules(instance: Instance) -> list[tuple[float, str, Any]]:
     """(makespan, policy, schedule) of every deployable and hypothetical scheduler of the
     replay engine that respects M, best first."""
-    from llmopt.replay import replay
-    from llmopt.replay.policies.infermax import SCHEDULERS
+    from llmopt.policies.infermax.configs import SCHEDULERS
+    from llmopt.policies.replay import replay
 
     out = []
     for name, cfg in SCHEDULERS.items():
@@ -456,6 +456,18 @@ def heuristic_schedules(instance: Instance) -> list[tuple[float, str, Any]]:
         raise InstanceError("no heuristic schedule for this instance", file=instance.label(),
                             field="requests")
     return sorted(out, key=lambda x: x[0])
+
+
+def replay_plan(instance: Instance, plan: list[dict[str, Any]]) -> Any:
+    """The schedule of a plan of batches (the model's, or a heuristic's) under the cost model;
+    a plan of llmopt's own that breaks a rule is a bug."""
+    from llmopt.policies.infermax import deploy_plan
+    from llmopt.sim.cluster import simulate
+
+    try:
+        return simulate(instance, deploy_plan(instance, {"plan": plan}, "infermax-csp"))
+    except SolutionFileError as exc:
+        raise InternalError(f"the CSP's plan cannot be replayed: {exc}") from exc
 
 
 def max_useful_batches(data: CSPData, upper_ms: float) -> int:
@@ -478,7 +490,6 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     from llmopt import __version__
     from llmopt.backends import cpsat as cpsat_backend
     from llmopt.backends import highs as highs_backend
-    from llmopt.replay.continuous import PlannedEngine
 
     t0 = time.perf_counter()
     data = CSPData.from_instance(instance)
@@ -513,9 +524,9 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
             collect=lambda value: infermax_mip.plan_from_model(m, data, N, value))
         bound_ms = out.bound
     plan = out.solution if out.solution is not None else best_plan
-    schedule = PlannedEngine(instance, plan, name="infermax-csp").run()
+    schedule = replay_plan(instance, plan)
     if schedule.makespan_ms > best_ms + 1e-6:  # never worse than the incumbent
-        plan, schedule = best_plan, PlannedEngine(instance, best_plan, "infermax-csp").run()
+        plan, schedule = best_plan, replay_plan(instance, best_plan)
     objective = schedule.makespan_ms
     notes = [f"N = {N} batches; N_max = {n_max}", f"best heuristic: {best_name}"]
     if not data.exact:

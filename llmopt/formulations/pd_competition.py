@@ -58,7 +58,7 @@ def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
                     grid_time_s: float = 10.0) -> list[tuple[float, Plan]]:
     """(total under ``model``, plan) for every PD-competition policy and the best grid plan,
     best first."""
-    from llmopt.replay import replay
+    from llmopt.policies.replay import replay
 
     plans = []
     for policy in HEURISTIC_POLICIES:
@@ -178,7 +178,7 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
             time_model: str, literal: bool, t0: float, time_limit_s: float | None) -> Result:
     from llmopt import __version__
     from llmopt.bounds import pd_bounds
-    from llmopt.replay import replay
+    from llmopt.policies.replay import replay
 
     plan = out.solution if out.solution is not None else best
     total = plan.total_ms(problem, time_model)

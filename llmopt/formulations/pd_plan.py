@@ -27,10 +27,10 @@ import pandas as pd
 
 from llmopt.errors import InstanceError
 from llmopt.instance import Instance
-from llmopt.kv import ReservationLedger, footprint, reserved_peak
 from llmopt.limits import resolve_limits
 from llmopt.profiles import PangLinearProfile, prefill_levels
 from llmopt.schedule import ITERATION_COLUMNS, Schedule
+from llmopt.sim.kv import ReservationLedger, footprint, reserved_peak
 
 TIME_MODELS = ("stage", "replay")
 
@@ -80,7 +80,7 @@ class PDProblem:
 
     @property
     def footprint(self) -> np.ndarray:
-        """KV tokens each request reserves while in flight (``llmopt.kv``)."""
+        """KV tokens each request reserves while in flight (``llmopt.sim.kv``)."""
         return footprint(self.inp, self.out)
 
     def level_ms(self, tokens: int) -> float:

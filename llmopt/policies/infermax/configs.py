@@ -1,5 +1,5 @@
-"""The unified scheduler of InferMax (Kim et al. 2025, Algorithm 1 and Table 1), as configurations
-of :class:`~llmopt.replay.continuous.ContinuousEngine`.
+"""The unified scheduler of InferMax (Kim et al. 2025, Algorithm 1 and Table 1): the
+configurations that :class:`~llmopt.policies.infermax.unified.UnifiedScheduler` runs.
 
 Each configuration fixes the four choices of Algorithm 1's GETNEXTBATCH:
 

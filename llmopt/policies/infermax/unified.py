@@ -1,0 +1,404 @@
+"""GETNEXTBATCH of the InferMax unified scheduler (Kim et al. 2025, Algorithm 1), one iteration
+policy for every configuration of ``configs.SCHEDULERS``.
+
+Groups and priorities decide the order in which requests enter the batch: ``vllm`` admits
+waiting requests first (head-of-line: the first that does not fit blocks the rest), then adds
+the running ones; ``sarathi`` adds the running decodes and chunked prefills first, then admits;
+``rank`` takes one group of running and waiting requests in the order of a rank key. A decode
+needs one new KV unless reserved; when KVs are short the lowest-priority running request outside
+the batch is evicted (the candidate itself when none is lower). Prefill and refill candidates
+take min(remaining, P left, C left) tokens with chunked prefill, else their whole remaining
+prompt must fit; without hybrid batching a candidate in the other phase is skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+
+from llmopt.errors import InstanceError
+from llmopt.instance import Instance
+from llmopt.policies.base import IterationPolicy, Steady
+from llmopt.policies.infermax.configs import SchedulerConfig
+from llmopt.sim.batch import Batch
+from llmopt.sim.replica import RUNNING, Replica
+
+RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
+
+
+class UnifiedScheduler(IterationPolicy):
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.cfg = config
+        self.name = config.name
+        self.unlimited_memory = config.unlimited_memory
+        self.tracks_decode_ranks = config.groups == "rank"
+        self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
+        self.P = 0
+
+    # ------------------------------------------------------------------ setup
+
+    def check(self, instance: Instance, replica: Replica) -> None:
+        label = instance.label()
+        if instance.profile.family != "infermax":
+            raise InstanceError("continuous-batching replay needs an infermax profile",
+                                file=label, field="model", value=instance.profile.name)
+        if math.inf == replica.C:
+            raise InstanceError("continuous batching needs C, the tokens per batch",
+                                file=label, field="system.max_batch_tokens")
+        if replica.kv_limit is None and not self.cfg.unlimited_memory:
+            raise InstanceError("continuous batching needs M, the KV capacity", file=label,
+                                field="system.kv_capacity")
+        system_p = replica.P_system if replica.P_system != math.inf else None
+        P = self.cfg.prefill_budget or system_p or replica.C
+        self.P = min(P, replica.C)
+        need = instance.input_tokens + instance.output_tokens - 1
+        too_big = np.flatnonzero(need > replica.M)
+        if len(too_big):
+            i = int(too_big[0])
+            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens, "
+                                "more than the cache", file=label, field="system.kv_capacity",
+                                value=replica.M)
+        if not self.cfg.chunked:
+            too_long = np.flatnonzero(need > min(self.P, replica.C))
+            if len(too_long):
+                i = int(too_long[0])
+                raise InstanceError(
+                    f"request {instance.ids[i]} may need to (re)fill {int(need[i])} tokens at "
+                    f"once, more than a batch allows without chunked prefill (policy "
+                    f"{self.cfg.name})", file=label, field="system.max_batch_tokens",
+                    value=min(self.P, replica.C))
+
+    def priority_keys(self, instance: Instance) -> np.ndarray:
+        if self.cfg.groups == "rank" and self.cfg.rank_key == "input":
+            return instance.input_tokens.astype(float)
+        if self.cfg.groups == "rank" and self.cfg.rank_key == "output":
+            return instance.output_tokens.astype(float)
+        return instance.arrival_ms
+
+    def reservation(self, r: Replica, i: int) -> int:
+        """KVs a waiting request reserves when it starts (m_reserve of CANALLOCATE)."""
+        if self.cfg.eviction_free:
+            return r.I[i] + r.O[i] - 1
+        if self.cfg.histogram_quantile is not None and r.gen[i] == 0 and self.outputs_seen:
+            seen = self.outputs_seen
+            est = seen[int(self.cfg.histogram_quantile * (len(seen) - 1))]
+            return int(max(r.S[i], min(r.I[i] + max(est, 1) - 1, r.M)))
+        return r.S[i]
+
+    def finished(self, r: Replica, i: int) -> None:
+        if self.cfg.histogram_quantile is not None:
+            bisect.insort(self.outputs_seen, r.O[i])
+
+    # ------------------------------------------------------------------ GETNEXTBATCH
+
+    def next_batch(self, r: Replica) -> Batch | None:
+        b = Batch(r.M - r._held(), r.C, self.P)
+        if self.cfg.groups == "vllm":
+            self._admit_waiting(r, b)
+            self._add_running(r, b)
+        elif self.cfg.groups == "sarathi":
+            self._add_running(r, b)
+            self._admit_waiting(r, b)
+        else:
+            self._rank_batch(r, b)
+        return None if b.empty else b
+
+    def steady(self, r: Replica, b: Batch) -> Steady | None:
+        """The same decode-only batch comes back until an arrival, unless the running
+        requests in a prefill would join it (hybrid batching) or a waiting request could be
+        admitted: no free slot, SARATHI without hybrid batching (decodes first), or a queue
+        head whose reservation does not fit (FCFS: arrivals queue behind it, and free KVs only
+        shrink) block admissions. A ranked batch that admitted none of its waiting candidates
+        admits none of them later either (free KVs only shrink); only an arrival could
+        enter."""
+        cfg = self.cfg
+        if cfg.hybrid and r.prefilling:
+            return None
+        blocked = r.n_running >= r.J or (cfg.groups == "sarathi" and not cfg.hybrid)
+        if not blocked and r.waiting and cfg.groups != "rank":
+            head = r.by_rank[r.waiting[0]]
+            needs = r.stream.needs()
+            free = r.M - r._held()
+            if self.reservation(r, head) <= free - (needs if cfg.groups == "sarathi" else 0):
+                return None
+            blocked = True
+        return Steady(math.inf, until_arrival=not blocked)
+
+    def _chunk(self, r: Replica, i: int, b: Batch) -> int:
+        """The chunk request i processes given the batch's prefill and token budgets left (0:
+        none)."""
+        prefill, tokens = b.prefill, b.tokens
+        remaining = r.S[i] - r.m[i]
+        c = min(remaining, prefill, tokens) if self.cfg.chunked else remaining
+        return c if 0 < c <= prefill and c <= tokens else 0
+
+    def _admit_waiting(self, r: Replica, b: Batch) -> None:
+        """Waiting requests in priority order while they fit; the first that does not blocks
+        the rest (head-of-line, as vLLM)."""
+        while r.waiting and r.n_running < r.J:
+            if not self.cfg.hybrid and b.phase == "decode":
+                break
+            i = r.by_rank[r.waiting[0]]
+            c = self._chunk(r, i, b) if i not in r.just_evicted else 0
+            need = self.reservation(r, i)
+            if c == 0 or need > b.free:
+                break
+            r.take_waiting(i)
+            r.admit(i, c, need, b)
+
+    def _running_order(self, r: Replica) -> list[int]:
+        """Running requests from highest to lowest priority."""
+        if self.cfg.groups == "sarathi":
+            dec = [*r.stream.members, *r.idle]
+            if self.cfg.long_first:
+                dec.sort(key=lambda i: (-r.m_of(i), r.arr[i], i))
+            else:
+                dec.sort(key=r.rank_of.__getitem__)
+            return dec + sorted(r.prefilling, key=r.rank_of.__getitem__)
+        return sorted(r.running(), key=r.rank_of.__getitem__)
+
+    def _add_running(self, r: Replica, b: Batch) -> None:
+        """Running decodes (all at once when KV and tokens suffice, else one by one in priority
+        order with evictions), then running requests in the middle of a chunked prefill."""
+        pres = [i for i in r.prefilling if i not in b.members]
+        n_dec = r.n_decoders()
+        if n_dec and (self.cfg.hybrid or b.phase != "prefill"):
+            needs = r.all_decode_needs()
+            if needs <= b.free and n_dec <= b.tokens:
+                b.free -= needs
+                b.add_all_decodes(n_dec)
+            else:
+                self._decodes_with_evictions(r, b)
+        if pres and (self.cfg.hybrid or b.phase != "decode"):
+            for i in sorted(pres, key=r.rank_of.__getitem__):
+                if i not in r.prefilling:
+                    continue  # evicted by the decodes
+                c = self._chunk(r, i, b)
+                if c:
+                    b.add_chunk(i, c)
+
+    def _decodes_with_evictions(self, r: Replica, b: Batch) -> None:
+        """Decodes in priority order, each needing a new KV unless reserved: while KV is short,
+        the lowest-priority running request outside the batch is evicted (possibly a decode
+        candidate itself). Taking candidates one by one and evicting from the bottom as each
+        runs short evicts the same requests as evicting from the bottom until all survivors
+        fit, which is what is done here."""
+        ranked = self._running_order(r)
+        need = r.stream.need_of_each()
+        for i in r.idle:
+            need[i] = r.decode_needs(i)
+        keep = [i for i in ranked if i in need][: max(int(b.tokens), 0)]
+        total = sum(need[i] for i in keep)
+        for victim in reversed(ranked):
+            if total <= b.free:
+                break
+            if victim in b.members:
+                continue
+            b.free += r.held_by(victim)
+            r.evict(victim)
+            if victim in need and victim in keep:
+                keep.remove(victim)
+                total -= need[victim]
+        if total > b.free:
+            return
+        b.free -= total
+        if keep:
+            b.add_decodes(keep)
+
+    def _add_decode(self, r: Replica, i: int, b: Batch) -> None:
+        """One decode candidate; evicts lower-priority running requests when KV is short (the
+        candidate itself when none is lower)."""
+        if r.status[i] != RUNNING or b.tokens < 1:
+            return
+        need = r.decode_needs(i)
+        while need > b.free:
+            victim = next((v for v in reversed(self._running_order(r)) if v not in b.members),
+                          None)
+            if victim is None:
+                return
+            freed = r.held_by(victim)
+            r.evict(victim)
+            b.free += freed
+            if victim == i:
+                return
+        b.free -= need
+        b.add_decodes([i])
+
+    def _rank_batch(self, r: Replica, b: Batch) -> None:
+        """One group of running and waiting requests ordered by the rank key: each decode takes
+        a token and (unless reserved) a KV, evicting the lowest-priority running requests
+        outside the batch when KVs are short (itself when none is lower); each running prefill
+        takes a chunk; each of the first RANK_WINDOW waiting requests is admitted if a slot,
+        a chunk and its reservation fit."""
+        n_dec = r.n_decoders()
+        needs = r.all_decode_needs()
+        if not self.cfg.hybrid or needs not in (0, n_dec):
+            self._rank_batch_one_by_one(r, b)
+            return
+        self._rank_batch_in_runs(r, b, unit=1 if needs else 0)
+
+    def _rank_batch_in_runs(self, r: Replica, b: Batch, unit: int) -> None:
+        """``_rank_batch`` when every decode needs the same KVs (``unit``): the decodes between
+        two prefill candidates are taken as a run, in bulk, and victims come from a pointer
+        that moves up from the bottom of the running order (it never passes the decode being
+        added, which would be the victim itself).
+
+        Candidates are priority ranks like the decoders; the running ones are those
+        in a prefill (one evicted in this batch is skipped as just evicted). Until an
+        eviction, free KVs only shrink, so waiting requests are left out when their
+        reservation does not fit in what the decodes ranked before them leave, or no longer
+        fits after an admission; the first eviction brings back every one ranked after it.
+        Waiting candidates ranked before the decode that runs short of KVs, and not fitting
+        now, are passed over in one step."""
+        status, members, dec = r.status, b.members, r.dec_keys  # dec: live, sorted
+        assert dec is not None
+        req = r.by_rank
+        bisect_left = bisect.bisect_left
+        just_evicted = r.just_evicted
+        prefilling = sorted(map(r.rank_of.__getitem__, r.prefilling)) \
+            if r.prefilling else []
+        window = r.waiting[:RANK_WINDOW]
+        free0 = b.free
+        need = r.need_by_rank  # NO_NEED: running
+        unlimited = self.cfg.unlimited_memory
+        after_all = free0 - unit * len(dec)  # free KVs at most, after every decode
+        last = dec[-1] if dec else None
+        fits = []
+        if r.n_running < r.J and window:
+            if self.cfg.histogram_quantile is None:
+                needs = r.waiting_need[:RANK_WINDOW]
+            else:  # the estimate moves as requests finish
+                needs = [self.reservation(r, req[e]) for e in window]
+                for e, nd in zip(window, needs, strict=True):
+                    need[e] = nd
+            if min(needs) <= free0:  # often none fits: one pass in C says so
+                fits = [e for e, s in zip(window, needs, strict=True)
+                        if s <= after_all
+                        or (s <= free0 and last is not None and e < last
+                            and s <= free0 - unit * bisect_left(dec, e))]
+        cands = sorted(prefilling + fits) if prefilling and fits else prefilling or fits
+        order: list[int] | None = None  # the running order, built at the first eviction
+        back = dp = k = 0
+        while True:
+            cand = cands[k] if k < len(cands) else None
+            if cand is not None and need[cand] > b.free:
+                # free KVs only shrink until the decode that runs short of them: the waiting
+                # candidates ranked before it that do not fit now are passed over at once
+                free = b.free
+                reach = len(dec) if not unit or unlimited else dp + max(int(free), 0)
+                bound = dec[reach] if reach < len(dec) else len(req)  # after every rank
+                n_cands = len(cands)
+                while cand < bound:  # cand is waiting and does not fit
+                    k += 1
+                    if k == n_cands:
+                        cand = None
+                        break
+                    cand = cands[k]
+                    if need[cand] <= free:  # running, or fits
+                        break
+            while True:  # the decodes ranked before cand
+                if dp >= len(dec):
+                    break
+                hi = len(dec) if cand is None else bisect.bisect_left(dec, cand)
+                if dp >= hi:
+                    break
+                if b.tokens < 1:
+                    self._decodes_taken(r, b, dp)
+                    return  # nothing else can enter the batch
+                take = hi - dp if hi - dp <= b.tokens else int(b.tokens)
+                if unit and take > b.free:
+                    take = int(b.free)
+                if take > 0:
+                    b.count_decodes(take)
+                    b.free -= unit * take
+                    dp += take
+                    if dp == hi:
+                        break  # every decode before cand is in (none left, none evicted)
+                    continue
+                if order is None:
+                    order = sorted(dec + prefilling) if prefilling else dec[:]
+                    back = len(order) - 1
+                    # evictions free KVs: every waiting candidate ranked after this decode
+                    # counts again (the running ones left are still candidates)
+                    start = bisect.bisect_right(window, dec[dp])
+                    if start < len(window):
+                        running_left = [e for e in cands[k:] if status[req[e]] == RUNNING]
+                        cands = window[start:]
+                        if running_left:
+                            cands = sorted(cands + running_left)
+                        k = 0
+                        cand = cands[0]
+                        continue
+                while back >= 0 and (status[req[order[back]]] != RUNNING
+                                     or req[order[back]] in members):
+                    back -= 1
+                if back < 0:
+                    dp += 1  # no victim: the decode is dropped
+                    continue
+                victim = req[order[back]]
+                back -= 1
+                b.free += r.held_by(victim)
+                r.evict(victim)  # leaves dec (at dp when the victim is the decode itself)
+            if cand is None:
+                break
+            k += 1
+            if b.prefill < 1 or b.tokens < 1:
+                k = len(cands)  # no chunk fits any more: only decodes are left
+                continue
+            i = req[cand]
+            if status[i] == RUNNING:
+                if i not in members:
+                    c = self._chunk(r, i, b)
+                    if c:
+                        b.add_chunk(i, c)
+            elif r.n_running < r.J and i not in just_evicted:
+                nd = need[cand]
+                if nd <= b.free:
+                    c = self._chunk(r, i, b)
+                    if c:
+                        r.take_waiting(i)
+                        r.admit(i, c, nd, b)
+                        if order is None and dp < len(dec):
+                            # until an eviction, free KVs only shrink (one widens the
+                            # candidates again); the candidates after every decode cost
+                            # little without the filter
+                            free = b.free
+                            cands = cands[:k] + [e for e in cands[k:] if need[e] <= free]
+        self._decodes_taken(r, b, dp)
+
+    def _decodes_taken(self, r: Replica, b: Batch, dp: int) -> None:
+        """The decodes of a ranked batch are the first ``dp`` decoders in rank order (victims
+        only ever leave below them)."""
+        if b.n_dec == r.n_decoders():
+            b.all_decodes = bool(b.n_dec)
+        else:
+            assert r.dec_keys is not None
+            b.dec = [r.by_rank[k] for k in r.dec_keys[:dp]]
+            b.members.update(b.dec)
+
+    def _rank_batch_one_by_one(self, r: Replica, b: Batch) -> None:
+        """``_rank_batch`` entry by entry (decodes with different KV needs)."""
+        waiting = r.waiting[:RANK_WINDOW]
+        entries = [(r.rank_of[i], True) for i in r.running()]
+        entries += [(k, False) for k in waiting]
+        for k, running in sorted(entries):
+            i = r.by_rank[k]
+            if running and (r.status[i] != RUNNING or i in b.members):
+                continue  # evicted earlier in this batch
+            if running:
+                if r.decoding(i):
+                    if self.cfg.hybrid or b.phase != "prefill":
+                        self._add_decode(r, i, b)
+                elif self.cfg.hybrid or b.phase != "decode":
+                    c = self._chunk(r, i, b)
+                    if c:
+                        b.add_chunk(i, c)
+            elif r.n_running < r.J and (self.cfg.hybrid or b.phase != "decode") \
+                    and i not in r.just_evicted:
+                c, nd = self._chunk(r, i, b), self.reservation(r, i)
+                if c and nd <= b.free:
+                    r.take_waiting(i)
+                    r.admit(i, c, nd, b)
+

@@ -1,0 +1,84 @@
+"""Every scheduling policy and router llmopt can replay, in one place each, with its paper and a
+one-line description. The CLI's choices and help, ``llmopt list`` and the docs' tables come from
+here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmopt.policies.base import Router
+from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.routing import (
+    LeastOutstandingTokens,
+    MostFreeMemory,
+    RoundRobin,
+    ShortestQueue,
+)
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    family: str      # the cost-profile family it runs on ("pang_linear", "infermax", "any")
+    paper: str
+    where: str       # section, algorithm or table
+    summary: str
+
+    @property
+    def mode(self) -> str:
+        """The solution files' ``mode`` of its schedules."""
+        return "continuous" if self.family == "infermax" else "pd_competition"
+
+
+@dataclass(frozen=True)
+class RouterInfo:
+    name: str
+    summary: str
+    make: Callable[[], Router]
+
+
+PANG = "Pang et al. 2025"
+KIM = "Kim et al. 2025 (InferMax)"
+
+POLICIES: dict[str, PolicyInfo] = {
+    p.name: p for p in [
+        PolicyInfo("baseline", "pang_linear", PANG, "section V (vLLM's default)",
+                   "one FCFS queue, prefill-first"),
+        PolicyInfo("offline", "pang_linear", PANG, "section IV.B, eqs 26–30",
+                   "per-client queues from the optimal bin packing, prefill-first"),
+        PolicyInfo("online", "pang_linear", PANG, "Algorithm 1 without the offline stage",
+                   "round-robin queues sorted longest first, idle clients steal"),
+        PolicyInfo("iteration", "pang_linear", PANG, "section IV.D, eqs 41–43",
+                   "one FCFS queue, prefill stages by the Lagrangian rule"),
+        PolicyInfo("hybrid", "pang_linear", PANG, "Algorithm 1 with eqs 26–30 and 41–43",
+                   "bin-packing queues, longest first, stealing, Lagrangian prefill timing"),
+        *[PolicyInfo(name, "infermax", KIM,
+                     "section 6" if name in ("evict-short", "vllm-unlimited")
+                     else "section 4.6" if name.startswith("rank") else "Algorithm 1, Table 1",
+                     cfg.description)
+          for name, cfg in SCHEDULERS.items()],
+        PolicyInfo("plan", "any", "llmopt", "solution files",
+                   "a solver's plan followed exactly (--plan SOLUTION): PD stages or "
+                   "InferMax batches"),
+    ]
+}
+
+ROUTERS: dict[str, RouterInfo] = {
+    r.name: r for r in [
+        RouterInfo("round-robin", "requests dealt to the replicas in turn, in arrival order",
+                   RoundRobin),
+        RouterInfo("least-outstanding-tokens", "the replica with the fewest tokens left to "
+                   "process (live load)", LeastOutstandingTokens),
+        RouterInfo("shortest-queue", "the replica with the fewest requests waiting or running",
+                   ShortestQueue),
+        RouterInfo("most-free-memory", "the replica with the most free KV memory",
+                   MostFreeMemory),
+    ]
+}
+
+
+def policy_names(family: str | None = None) -> list[str]:
+    """Policy names, those for profile ``family`` (and ``plan``) when given."""
+    return [name for name, info in POLICIES.items()
+            if family is None or info.family in (family, "any")]

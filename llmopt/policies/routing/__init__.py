@@ -1,0 +1,72 @@
+"""Routers: which replica takes an arriving request.
+
+Each sees every replica as it stands when the request arrives (``policies.base.ReplicaView``);
+ties go to the lowest replica index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from llmopt.policies.base import ReplicaView
+
+
+class RoundRobin:
+    """Requests dealt to the replicas in turn, in arrival order (the usual default of serving
+    systems, and llmopt's when a policy has no assignment)."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+        k = self.next % len(replicas)
+        self.next += 1
+        return k
+
+
+class ByAssignment:
+    """A plan's client per request (0 .. J·replicas − 1): client c lives on replica c // J."""
+
+    name = "assignment"
+
+    def __init__(self, client_of: Mapping[int, int], clients_per_replica: int) -> None:
+        self.client_of = client_of
+        self.J = clients_per_replica
+
+    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+        return self.client_of[request] // self.J
+
+
+class LeastOutstandingTokens:
+    """The replica with the fewest tokens still to process (prompts, outputs and recomputes of
+    its waiting and running requests): live load, as a load-aware gateway would use."""
+
+    name = "least-outstanding-tokens"
+
+    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+        return min(range(len(replicas)), key=lambda k: (replicas[k].outstanding_tokens, k))
+
+
+class ShortestQueue:
+    """The replica with the fewest requests waiting or running."""
+
+    name = "shortest-queue"
+
+    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+        return min(range(len(replicas)),
+                   key=lambda k: (replicas[k].waiting_count + replicas[k].n_running, k))
+
+
+class MostFreeMemory:
+    """The replica with the most KV memory not held by running requests."""
+
+    name = "most-free-memory"
+
+    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+        return min(range(len(replicas)), key=lambda k: (-replicas[k].free_kv(), k))
+
+
+__all__ = ["ByAssignment", "LeastOutstandingTokens", "MostFreeMemory", "RoundRobin",
+           "ShortestQueue"]

@@ -1,1 +1,0 @@
-"""Scheduling policies of the replay engines, one module per scheduler family."""

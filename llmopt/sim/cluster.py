@@ -1,0 +1,133 @@
+"""The cluster: one event clock over all replicas.
+
+Events are request arrivals and replicas becoming ready for their next iteration. They are taken
+in time order (an arrival before a replica ready at the same instant, so that a request arriving
+at t can join the batch formed at t); ties between replicas go to the lower index. An arrival is
+routed at once by the router, which sees every replica as it stands: a replica's state includes
+the iteration in flight at that instant (state advances when an iteration is formed), so a
+request routed at t sees the load each replica will have when it next forms a batch. A replica
+that has nothing to run sleeps until a request is routed to it (or until the time its policy
+asked to be woken, ``Replica.wake_at``). Requests left unfinished when no event remains mean the
+policy cannot make progress: an internal error.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from llmopt.errors import InternalError
+from llmopt.instance import Instance
+from llmopt.policies.base import IterationPolicy, Router
+from llmopt.progress import SILENT, Progress
+from llmopt.schedule import Schedule
+from llmopt.sim.replica import DONE, Replica, RequestState
+
+
+@dataclass
+class Deployment:
+    """What runs: one iteration policy per replica and the router that feeds them."""
+
+    name: str
+    policies: Sequence[IterationPolicy]
+    router: Router
+
+
+def simulate(instance: Instance, deployment: Deployment, *, fast: bool = True,
+             progress: Progress = SILENT) -> Schedule:
+    """Run ``deployment`` on ``instance`` (``system.instances`` replicas) and return the timed
+    schedule. ``fast=False`` simulates every iteration on its own (no promised runs)."""
+    n_rep = instance.system.instances
+    if len(deployment.policies) != n_rep:
+        raise InternalError(f"{len(deployment.policies)} policies for {n_rep} replicas")
+    state = RequestState.of(instance)
+    keys = deployment.policies[0].priority_keys(instance)
+    n = instance.num_requests
+    by_rank = np.lexsort((np.arange(n), instance.arrival_ms, keys)).tolist()
+    rank_of = [0] * n
+    for r, i in enumerate(by_rank):
+        rank_of[i] = r
+    replicas = [Replica(k, instance, state, policy, rank_of, by_rank, fast)
+                for k, policy in enumerate(deployment.policies)]
+    for replica in replicas:
+        replica.policy.check(instance, replica)
+        replica.policy.attach(replica)
+    progress.stage(f"simulating {deployment.name} on {n_rep} replica(s), {n} requests")
+    _run(replicas, state, deployment.router)
+    return _schedule(instance, replicas, state, deployment.name)
+
+
+def _run(replicas: list[Replica], state: RequestState, router: Router) -> None:
+    arrivals = sorted(range(len(state.arr)), key=lambda i: (state.arr[i], i))
+    ready: list[tuple[float, int]] = []  # (time, replica) of replicas with work
+    awake = [False] * len(replicas)
+    nxt = 0
+    n = len(arrivals)
+    while True:
+        t_arrival = state.arr[arrivals[nxt]] if nxt < n else math.inf
+        if ready and ready[0][0] < t_arrival - 1e-9:
+            _, k = heapq.heappop(ready)
+            replica = replicas[k]
+            if replica.step(t_arrival if nxt < n else None):
+                heapq.heappush(ready, (replica.t, k))
+            elif replica.wake_at is not None:
+                replica.t, replica.wake_at = max(replica.t, replica.wake_at), None
+                heapq.heappush(ready, (replica.t, k))
+            else:
+                awake[k] = False
+            continue
+        if nxt >= n:
+            break
+        i = arrivals[nxt]
+        nxt += 1
+        k = router.route(i, t_arrival, replicas)  # type: ignore[arg-type]
+        replica = replicas[k]
+        replica.enqueue(i)
+        if not awake[k]:
+            awake[k] = True
+            replica.t = max(replica.t, t_arrival)
+            heapq.heappush(ready, (replica.t, k))
+    for replica in replicas:
+        if any(state.status[i] != DONE for i in replica.members):
+            _stuck(replica)
+
+
+def _stuck(replica: Replica) -> None:
+    ids = replica.instance.ids
+    stuck = [ids[i] for i in replica.members if replica.status[i] != DONE][:3]
+    raise InternalError(f"{replica.instance.label()}: {replica.policy.name} cannot make "
+                        f"progress on replica {replica.index}, e.g. {stuck}")
+
+
+def _schedule(instance: Instance, replicas: list[Replica], state: RequestState,
+              name: str) -> Schedule:
+    ids = list(instance.ids)
+    segments, iterations = [], []
+    for replica in replicas:
+        seg, its = replica.tables(ids)
+        segments.append(seg)
+        iterations.append(its)
+    order = [i for replica in replicas for i in sorted(replica.members)]
+    requests = pd.DataFrame({
+        "request": [ids[i] for i in order],
+        "instance": [state.replica[i] for i in order],
+        "client": [state.last_slot[i] for i in order],
+        "input_tokens": [state.I[i] for i in order],
+        "output_tokens": [state.O[i] for i in order],
+        "arrival_ms": [state.arr[i] for i in order],
+        "first_token_ms": [state.first_ms[i] for i in order],
+        "finish_ms": [state.finish_ms[i] for i in order],
+        "evictions": [state.evictions[i] for i in order],
+    })
+    if len(replicas) == 1:
+        seg, its = segments[0], iterations[0]
+    else:
+        seg = pd.concat(segments, ignore_index=True)
+        its = pd.concat(iterations, ignore_index=True)
+    return Schedule(policy=name, segments=seg, iterations=its, requests=requests,
+                    clients=instance.system.clients * len(replicas))
