@@ -4,8 +4,8 @@ A window of consecutive bins is re-optimised exactly while everything else stays
 requests of the window's bins may move to any bin of the window, every bin's decode position
 B_k may change (later bins shift with the window), all requests keep the cumulative limits (J
 clients, and the KV tokens reserved by requests in flight, ``llmopt.sim.kv``), and the
-objective is the whole plan's total under the time model. CP-SAT starts from the current plan, so a window never
-makes the plan worse. Windows slide over the plan until the time runs out.
+objective is the whole plan's total under the time model. CP-SAT starts from the current plan,
+so a window never makes the plan worse. Windows slide over the plan until the time runs out.
 """
 
 from __future__ import annotations
