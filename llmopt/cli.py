@@ -153,19 +153,15 @@ def solve(
     base = out_dir / inst.name / f"{result.problem}-{result.solver}"
     path = result.write(base.with_suffix(".json"), inst)
     out.print(f"wrote {path}")
-    if plot and (result.data.get("segments") or result.data.get("assignment")):
+    if plot and (result.schedule is not None or result.data.get("assignment")):
         from llmopt import plot as plots
 
-        sol = result.to_dict(inst)
-        if sol.get("segments"):
-            from llmopt.schedule import Schedule
-
-            sched = Schedule.from_solution(sol)
-            ax = plots.gantt_figure(inst, sched.segments, sched.iterations,
+        if result.schedule is not None:
+            ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,
                                     policy=f"{result.problem} ({result.solver})",
-                                    metrics=sol.get("metrics"))
+                                    metrics=result.data.get("metrics"))
         else:
-            ax = plots.plot_assignment(inst, sol)
+            ax = plots.plot_assignment(inst, result.to_dict(inst))
         out.print(f"wrote {plots.save(ax, base.with_suffix('.png'))}")
     if result.status == "error":
         raise typer.Exit(1)
@@ -376,7 +372,7 @@ def gantt(
     inst = load_instance(instance)
     sol = read_solution(solution)
     png = png or solution.with_suffix(".png")
-    if sol.get("segments"):
+    if sol.get("segments") is not None and len(sol["segments"]):
         sched = Schedule.from_solution(sol)
         ax = plots.gantt_figure(inst, sched.segments, sched.iterations if len(sched.iterations)
                                 else None, policy=str(sol.get("solver")),

@@ -4,7 +4,9 @@ Solution JSON (a public contract; these keys are kept)::
 
     {"llmopt_version", "instance", "instance_sha256", "problem", "solver", "solver_version",
      "status", "objective", "bound", "gap", "runtime_s", "time_limit_s", "units",
-     ...problem-specific keys (binpacking: "assignment", "loads")}
+     ...problem-specific keys (binpacking: "assignment", "loads"; problems with a
+     schedule: "metrics" and "schedule": {file, sha256, segments, iterations}, the name of the
+     Parquet file with the segments and the iteration log)}
 
 Status vocabulary: ``optimal`` (proven: objective == bound within tolerance), ``feasible``
 (incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``.
@@ -20,6 +22,8 @@ from typing import Any
 
 from llmopt._io import load_json_mapping, write_atomic
 from llmopt.errors import SolutionFileError
+from llmopt.schedule import Schedule
+from llmopt.schedule.io import read_tables, sidecar_name, write_tables
 
 STATUSES = ("optimal", "feasible", "infeasible", "time_limit_no_solution", "error")
 CONTRACT_KEYS = (
@@ -53,6 +57,7 @@ class Result:
     proof: str | None = None
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    schedule: Schedule | None = None  # the timed schedule, for problems that produce one
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -62,7 +67,9 @@ class Result:
     def gap(self) -> float | None:
         return relative_gap(self.objective, self.bound)
 
-    def to_dict(self, instance: Any) -> dict[str, Any]:
+    def to_dict(self, instance: Any, *, inline_schedule: bool = True) -> dict[str, Any]:
+        """The solution as a JSON-able dict; the schedule's tables inline (``segments``: a
+        list of records, ``iterations``: columns) unless ``inline_schedule`` is false."""
         from llmopt import __version__
 
         out: dict[str, Any] = {
@@ -87,16 +94,22 @@ class Result:
         if self.notes:
             out["notes"] = list(self.notes)
         out.update(self.data)
+        if self.schedule is not None and inline_schedule:
+            out["segments"] = self.schedule.segments_records()
+            out["iterations"] = self.schedule.iterations_columns()
         return out
 
     def write(self, path: Path, instance: Any) -> Path:
-        """Write the solution JSON atomically (compact when it carries a schedule)."""
-        data = self.to_dict(instance)
-        if "segments" in data:
-            text = json.dumps(data, separators=(",", ":"))
-        else:
-            text = json.dumps(data, indent=1)
-        write_atomic(path, text + "\n")
+        """Write the solution JSON atomically; a schedule's tables go to a Parquet file beside
+        it (``<name>.schedule.parquet``), which the JSON names with its SHA-256."""
+        data = self.to_dict(instance, inline_schedule=False)
+        if self.schedule is not None:
+            sidecar = path.parent / sidecar_name(path)
+            digest = write_tables(sidecar, self.schedule.segments, self.schedule.iterations)
+            data["schedule"] = {"file": sidecar.name, "sha256": digest, "format": "parquet",
+                                "segments": len(self.schedule.segments),
+                                "iterations": len(self.schedule.iterations)}
+        write_atomic(path, json.dumps(data, indent=1) + "\n")
         return path
 
 
@@ -107,4 +120,14 @@ def read_solution(path: str | Path) -> dict[str, Any]:
     missing = [k for k in CONTRACT_KEYS if k not in data]
     if missing:
         raise SolutionFileError(f"missing required keys: {', '.join(missing)}", file=path)
+    ref = data.get("schedule")
+    if ref is not None:
+        if not (isinstance(ref, dict) and isinstance(ref.get("file"), str)
+                and isinstance(ref.get("sha256"), str)):
+            raise SolutionFileError("must be {file, sha256, ...}", file=path, field="schedule")
+        sidecar = path.parent / ref["file"]
+        if Path(ref["file"]).name != ref["file"]:
+            raise SolutionFileError("must name a file beside the solution", file=path,
+                                    field="schedule.file", value=ref["file"])
+        data["segments"], data["iterations"] = read_tables(sidecar, ref["sha256"])
     return data

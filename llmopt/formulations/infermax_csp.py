@@ -547,8 +547,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     data_out = {
         "mode": "continuous", "clients": instance.total_clients, "batches": N,
         "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},
-        "plan": plan, "segments": schedule.segments_records(),
-        "iterations": schedule.iterations_columns(),
+        "plan": plan,
     }
     version = (cpsat_backend.version() if backend == "cpsat" else highs_backend.version())
     return Result(problem="infermax-csp", solver=solver, status=status,
@@ -556,7 +555,8 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                   round(bound, 6), runtime_s=time.perf_counter() - t0,
                   time_limit_s=time_limit_s, solver_version=f"llmopt {__version__} + {version}",
                   data=data_out, proof=proof, interrupted=out.interrupted,
-                  notes=[*notes, out.message] if out.message else notes)
+                  notes=[*notes, out.message] if out.message else notes,
+                  schedule=schedule)
 
 
 def _plan_from_cpsat(data: CSPData, var: dict, N: int, value) -> list[dict[str, Any]]:

@@ -225,8 +225,6 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
         "mode": "pd_competition", "clients": problem.clients,
         "metrics": schedule.metrics(),
         **plan.to_data(problem),
-        "segments": schedule.segments_records(),
-        "iterations": schedule.iterations_columns(),
     }
     version = {"highs": highs_backend.version(), "cpsat": cpsat_backend.version()}[backend]
     return Result(problem="pd-competition", solver=solver, status=status,
@@ -234,4 +232,5 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
                   runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s,
                   solver_version=f"llmopt {__version__} + {version}", data=data,
                   proof=proof if status == "optimal" else None, interrupted=out.interrupted,
-                  notes=[*notes, out.message] if out.message else notes)
+                  notes=[*notes, out.message] if out.message else notes,
+                  schedule=schedule)

@@ -46,6 +46,7 @@ class Router(Protocol):
     """Chooses the replica of each arriving request."""
 
     name: str
+    reads_state: bool  # the choice depends on the replicas' state
 
     def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int: ...
 

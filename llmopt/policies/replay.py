@@ -76,8 +76,8 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
         time_limit_s=None, solver_version=f"llmopt {__version__} replay",
         data={"mode": mode_of(policy, plan), "clients": instance.total_clients,
-              "metrics": metrics, "segments": schedule.segments_records(),
-              "iterations": schedule.iterations_columns()},
+              "metrics": metrics},
+        schedule=schedule,
     )
     if router is not None:
         result.data["router"] = router

@@ -54,6 +54,9 @@ def simulate(instance: Instance, deployment: Deployment, *, fast: bool = True,
         rank_of[i] = r
     replicas = [Replica(k, instance, state, policy, rank_of, by_rank, fast)
                 for k, policy in enumerate(deployment.policies)]
+    if n_rep > 1 and getattr(deployment.router, "reads_state", True):
+        for replica in replicas:  # the router's view must be the state at each arrival
+            replica.stop_at_arrivals = True
     for replica in replicas:
         replica.policy.check(instance, replica)
         replica.policy.attach(replica)

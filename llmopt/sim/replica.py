@@ -156,6 +156,7 @@ class Replica:
         self.rank_of, self.by_rank = rank_of, by_rank
         self.first_from_prefill = policy.first_token_from_prefill
         self.fast = fast
+        self.stop_at_arrivals = False  # runs stop before every arrival (a router reads state)
         self.stream = DecodeStream(self.m, self.S, self.gen, self.reserve_to, self.O)
         self.idle: set[int] = set()        # decode phase, outside the stream
         self.prefilling: set[int] = set()  # running, before or in a prefill/refill
@@ -174,7 +175,8 @@ class Replica:
         self.outstanding_tokens = 0
         self.decode_iterations = 0
         self.tokens_since_prefill = 0
-        self.t = 0.0
+        self.t = 0.0              # end of the iteration in flight (or of the last one)
+        self.last_start = 0.0     # start of that iteration
         self.wake_at: float | None = None  # a policy that waits for a time sets it
         self.rec = Recorder(index)
         self._finished_hook = type(policy).finished is not IterationPolicy.finished
@@ -395,7 +397,7 @@ class Replica:
         self.rec.iteration(start, end, phase, len(chunks) + n_dec, pre_tokens, n_dec, kv,
                            self.evicted_now, running)
         self.evicted_now = 0
-        self.t = end
+        self.t, self.last_start = end, start
         for i in finished:
             self._finish(i)
 
@@ -419,7 +421,8 @@ class Replica:
         if needs and free != math.inf:
             rounds = min(rounds, free // needs)
         rounds = int(min(rounds, 1 << 20))
-        if rounds > 1 and promise.until_arrival and next_arrival is not None:
+        if rounds > 1 and (promise.until_arrival or self.stop_at_arrivals) \
+                and next_arrival is not None:
             rounds = self._rounds_before(next_arrival, rounds)
         return max(rounds, 1)
 
@@ -467,7 +470,7 @@ class Replica:
         self.decode_iterations += rounds
         self.tokens_since_prefill += n * rounds
         self.outstanding_tokens -= n * rounds
-        self.t = float(ends[-1])
+        self.t, self.last_start = float(ends[-1]), float(starts[-1])
         for i in finished:
             self._finish(i)
 

@@ -109,6 +109,11 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str,
 def segments_frame(sol: dict[str, Any], instance: Instance) -> pd.DataFrame | str:
     """The segments as a DataFrame, or the reason they cannot be read."""
     segments = sol.get("segments")
+    if isinstance(segments, pd.DataFrame):  # read from a schedule file
+        missing = [c for c in SEGMENT_FIELDS if c not in segments]
+        if missing or segments.empty:
+            return f"segments are empty or lack {', '.join(missing)}"
+        segments = segments[SEGMENT_FIELDS].to_dict("records")
     if not isinstance(segments, list) or not segments:
         return "segments are missing or empty"
     if not all(isinstance(s, dict) for s in segments):
@@ -148,6 +153,8 @@ def segments_frame(sol: dict[str, Any], instance: Instance) -> pd.DataFrame | st
 
 def iterations_frame(iterations: Any) -> pd.DataFrame | str:
     """The iteration log (columns) as a DataFrame, or the reason it cannot be read."""
+    if isinstance(iterations, pd.DataFrame):  # read from a schedule file
+        iterations = {col: iterations[col].tolist() for col in iterations}
     if not isinstance(iterations, dict):
         return "the iteration log is missing or not a mapping of columns"
     lengths = {k: len(v) for k, v in iterations.items() if isinstance(v, list)}

@@ -1,7 +1,9 @@
 """Routers: which replica takes an arriving request.
 
 Each sees every replica as it stands when the request arrives (``policies.base.ReplicaView``);
-ties go to the lowest replica index.
+ties go to the lowest replica index. A router that reads replica state says so
+(``reads_state``): replicas then never run ahead of an arrival, even where their policy would
+not change its decision, so that the state read is the state at the arrival.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ class RoundRobin:
     systems, and llmopt's when a policy has no assignment)."""
 
     name = "round-robin"
+    reads_state = False
 
     def __init__(self) -> None:
         self.next = 0
@@ -30,6 +33,7 @@ class ByAssignment:
     """A plan's client per request (0 .. J·replicas − 1): client c lives on replica c // J."""
 
     name = "assignment"
+    reads_state = False
 
     def __init__(self, client_of: Mapping[int, int], clients_per_replica: int) -> None:
         self.client_of = client_of
@@ -44,6 +48,7 @@ class LeastOutstandingTokens:
     its waiting and running requests): live load, as a load-aware gateway would use."""
 
     name = "least-outstanding-tokens"
+    reads_state = True
 
     def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
         return min(range(len(replicas)), key=lambda k: (replicas[k].outstanding_tokens, k))
@@ -53,6 +58,7 @@ class ShortestQueue:
     """The replica with the fewest requests waiting or running."""
 
     name = "shortest-queue"
+    reads_state = True
 
     def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
         return min(range(len(replicas)),
@@ -63,6 +69,7 @@ class MostFreeMemory:
     """The replica with the most KV memory not held by running requests."""
 
     name = "most-free-memory"
+    reads_state = True
 
     def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
         return min(range(len(replicas)), key=lambda k: (-replicas[k].free_kv(), k))

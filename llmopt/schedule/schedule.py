@@ -108,8 +108,12 @@ class Schedule:
     @classmethod
     def from_solution(cls, solution: dict[str, Any]) -> Schedule:
         """Segments and iterations of a replay solution dict (requests derived from segments)."""
-        seg = pd.DataFrame(solution.get("segments") or [], columns=SEGMENT_COLUMNS)
-        its = pd.DataFrame(solution.get("iterations") or {}, columns=ITERATION_COLUMNS)
+        seg = solution.get("segments")
+        its = solution.get("iterations")
+        seg = seg if isinstance(seg, pd.DataFrame) else pd.DataFrame(seg or [],
+                                                                     columns=SEGMENT_COLUMNS)
+        its = its if isinstance(its, pd.DataFrame) else pd.DataFrame(its or {},
+                                                                     columns=ITERATION_COLUMNS)
         return cls(policy=str(solution.get("solver")), segments=seg, iterations=its,
                    requests=pd.DataFrame(columns=REQUEST_COLUMNS),
                    clients=int(solution.get("clients") or 0))
