@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from llmopt.bounds import Bound, pd_bounds
 from llmopt.errors import LlmoptError
+from llmopt.formulations.infermax_bounds import infermax_bounds
 from llmopt.instance import Instance, instance_from_mapping
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.replay import replay_result
@@ -82,6 +84,16 @@ def cross_check(instance: Instance, time_limit_s: float = 5.0,
     return out
 
 
+def _below_every_schedule(out: CrossCheck, bounds: list[Bound], runs: list[Run],
+                          what: str) -> None:
+    """Closed-form lower bounds are no higher than any schedule under their time model."""
+    for b in bounds:
+        for run in runs:
+            if run.objective is not None and run.objective < b.value_ms - TOL:
+                out.findings.append(f"{run.label}: objective {run.objective} below the lower "
+                                    f"bound {b.name} = {b.value_ms} ({what})")
+
+
 def _pang(instance: Instance, out: CrossCheck, limit: float, small: int) -> None:
     bp = [out.attempt(instance, f"binpacking/{s}",
                       lambda s=s: solve(instance, "binpacking", s, limit))
@@ -93,6 +105,8 @@ def _pang(instance: Instance, out: CrossCheck, limit: float, small: int) -> None
                           lambda p=policy: replay_result(instance, p)[0])
         if run is not None and run.objective is not None:
             replayed[policy] = run.objective
+    replays = [r for r in out.runs if r.label.startswith("replay/")]
+    _below_every_schedule(out, pd_bounds(instance, "replay", limit), replays, "replay model")
     for model in ("stage", "replay"):
         runs = []
         variants = [("compact", "cpsat"), ("compact", "highs")]
@@ -121,6 +135,7 @@ def _pang(instance: Instance, out: CrossCheck, limit: float, small: int) -> None
                 out.findings.append(f"{label}: optimal on {instance.num_requests} requests "
                                     "but not confirmed by the validator's enumeration")
         _agree(out, runs)
+        _below_every_schedule(out, pd_bounds(instance, model, limit), runs, f"{model} model")
 
 
 def _infermax(instance: Instance, out: CrossCheck, limit: float) -> None:
@@ -130,7 +145,9 @@ def _infermax(instance: Instance, out: CrossCheck, limit: float) -> None:
                           lambda n=name: replay_result(instance, n)[0])
         if run is not None and run.objective is not None and not config.unlimited_memory:
             heuristics[name] = run.objective
-    runs = []
+    feasible = [r for r in out.runs if r.label.startswith("replay/")
+                and not r.data.get("unlimited_memory")]
+    runs: list[Run] = []
     for solver in ("cpsat", "highs"):
         label = f"infermax-csp/{solver}"
         run = out.attempt(instance, label, lambda s=solver: solve(instance, "infermax-csp", s,
@@ -145,6 +162,7 @@ def _infermax(instance: Instance, out: CrossCheck, limit: float) -> None:
                 out.findings.append(f"{label}: objective {run.objective} above the heuristic "
                                     f"{name} ({value:.3f} ms)")
     _agree(out, runs)
+    _below_every_schedule(out, infermax_bounds(instance), feasible + runs, "InferMax model")
 
 
 def _agree(out: CrossCheck, runs: list[Run]) -> None:
