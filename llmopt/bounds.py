@@ -203,3 +203,13 @@ def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
                     why=f"proven by CP-SAT ({res.message}) with K = {k_max} ≥ K_max bins",
                     detail={"bins": k_max, "status": res.message}))
     return out
+
+
+def pang_family_bounds(instance: Instance, time_limit_s: float | None = 60.0,
+                       progress: Progress = SILENT, solver_bounds: bool = True) -> list[Bound]:
+    """Every bound of the Pang family: eqs 31–32 and the replay rounds bound, and (with
+    ``solver_bounds``) the LP/CP-SAT bounds of the PD-competition models on small instances."""
+    bounds = pang_bounds(instance, time_limit_s, progress)
+    if solver_bounds:
+        bounds += pd_solver_bounds(instance, min(time_limit_s or 30.0, 30.0), progress)
+    return bounds

@@ -25,11 +25,14 @@ import numpy as np
 
 from llmopt.bounds import Bound
 from llmopt.errors import InstanceError
+from llmopt.formulations.infermax_csp import solve as solve_csp
 from llmopt.instance import Instance
 from llmopt.limits import resolve_limits
 from llmopt.profiles import InferMaxProfile
+from llmopt.progress import SILENT, Progress
 
 VALID_UNDER = "InferMax cost model, any scheduler with these M and C"
+CSP_MAX_REQUESTS = 12  # the CSP's bound is computed up to this many requests
 
 
 def infermax_bounds(instance: Instance) -> list[Bound]:
@@ -78,3 +81,24 @@ def infermax_bounds(instance: Instance) -> list[Bound]:
         detail={"batches_at_least": batches, "batch_floors": floors, "replicas": replicas,
                 "binding": "shared work" if shared >= alone.max() else "one request"},
     )]
+
+
+def infermax_family_bounds(instance: Instance, time_limit_s: float | None = 60.0,
+                           progress: Progress = SILENT,
+                           solver_bounds: bool = True) -> list[Bound]:
+    """The work bound, and (with ``solver_bounds``, up to ``CSP_MAX_REQUESTS`` requests on one
+    replica) the CSP's proven bound within the time limit."""
+    bounds = infermax_bounds(instance)
+    if (solver_bounds and instance.num_requests <= CSP_MAX_REQUESTS
+            and instance.system.instances == 1
+            and instance.system.clients >= instance.num_requests):
+        progress.stage("the InferMax CSP's bound (section 5)")
+        result = solve_csp(instance, "auto", min(time_limit_s or 30.0, 30.0), progress)
+        if result.bound is not None:
+            bounds.append(Bound(
+                name="infermax_csp", value_ms=round(result.bound, 6),
+                equation="CSP of section 5, proven bound", valid_under=VALID_UNDER,
+                time_model="infermax",
+                why=f"{result.status} within the time limit ({result.proof or 'bound only'})",
+                detail={"status": result.status, "objective_ms": result.objective}))
+    return bounds

@@ -1,0 +1,1 @@
+"""Optimization problems (per paper), their registry, and the solve front end."""

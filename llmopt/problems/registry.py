@@ -1,0 +1,74 @@
+"""Every optimization problem llmopt solves, and the lower bounds of each cost-profile family, in
+one place each, with the paper and equations they implement. The CLI's choices and help,
+``llmopt list`` and the docs' tables come from here; implementations load on first use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ProblemInfo:
+    name: str
+    family: str                   # the cost-profile family it needs
+    paper: str
+    equations: str
+    summary: str
+    solvers: tuple[str, ...]      # the first is the default
+    options: dict[str, str] = field(default_factory=dict)  # its own options and their help
+    solve: str = ""               # "module:function" (instance, solver, time_limit_s, progress,
+    #                               **options) -> Result
+
+
+@dataclass(frozen=True)
+class BoundsInfo:
+    family: str
+    summary: str
+    bounds: str                   # "module:function" (instance, time_limit_s, progress,
+    #                               solver_bounds) -> list[Bound]
+
+
+PANG = "Pang et al. 2025"
+
+PROBLEMS: dict[str, ProblemInfo] = {
+    p.name: p for p in [
+        ProblemInfo(
+            "binpacking", "pang_linear", PANG, "eqs 26–30 (section IV.B)",
+            "offline makespan bin packing of requests onto clients (P||Cmax), with proven "
+            "lower bounds",
+            ("auto", "highs", "cpsat", "heuristic"),
+            solve="llmopt.formulations.binpacking:solve"),
+        ProblemInfo(
+            "pd-competition", "pang_linear", PANG, "eqs 1–25 (section III), KV memory",
+            "the prefill-decode competition schedule: which requests each prefill stage takes "
+            "and how long each decode stage runs",
+            ("auto", "highs", "cpsat"),
+            {"formulation": "original (eqs 1–25) | compact", "bins": "number of bins K",
+             "time_model": "stage (the MIP's) | replay (batch-dependent rounds)",
+             "literal": "original: eq 13 as printed, no w ≤ d link",
+             "cuts": "original: symmetry cuts and valid inequalities"},
+            solve="llmopt.formulations.pd_competition:solve"),
+        ProblemInfo(
+            "infermax-csp", "infermax", "Kim et al. 2025 (InferMax)", "section 5",
+            "optimal continuous batching: the batches (chunks, decodes, evictions) of least "
+            "total latency under the InferMax cost model",
+            ("auto", "cpsat", "highs"),
+            {"bins": "number of batches N", "workers": "CP-SAT threads"},
+            solve="llmopt.formulations.infermax_csp:solve"),
+    ]
+}
+
+BOUNDS: dict[str, BoundsInfo] = {
+    b.family: b for b in [
+        BoundsInfo("pang_linear", "eqs 31–32 (stage model), the replay model's rounds bound, "
+                   "and the LP/CP-SAT bounds of the PD-competition models",
+                   "llmopt.bounds:pang_family_bounds"),
+        BoundsInfo("infermax", "the InferMax cost model's work bound, and the CSP's proven "
+                   "bound on small instances", "llmopt.formulations.infermax_bounds:"
+                   "infermax_family_bounds"),
+    ]
+}
+
+
+def problem_names(family: str | None = None) -> list[str]:
+    return [name for name, p in PROBLEMS.items() if family is None or p.family == family]
