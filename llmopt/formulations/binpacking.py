@@ -40,6 +40,7 @@ from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import Outcome
 from llmopt.errors import ProfileError
+from llmopt.formulations import pcmax_bounds, pcmax_search
 from llmopt.instance import Instance
 from llmopt.profiles import PangLinearProfile
 from llmopt.progress import SILENT, Progress
@@ -83,26 +84,25 @@ class BinPacking:
 
 
 def load_lower_bound(weights: np.ndarray, bins: int) -> tuple[int, str]:
-    """Largest of three valid lower bounds on the optimal makespan of integer loads:
+    """Largest of the closed-form lower bounds on the optimal makespan of integer loads
+    (:data:`pcmax_bounds.CHEAP`), with a text naming each value:
 
     - ceil(Σ w / J): the average load, rounded up because loads are integers;
     - max w: the largest request must go somewhere;
-    - pigeonhole: of the k·J + 1 largest requests, some client holds k + 1, so the makespan is at
-      least the sum of the k + 1 smallest among them (k = 1, 2, …).
+    - pigeonhole: of the k·J + r largest requests, the r clients holding the most of them hold
+      at least r·(k + 1), so one of them carries at least the sum of the r·(k + 1) smallest of
+      those requests divided by r (every prefix; r = 1 is the classic k·J + 1 argument).
     """
-    w = np.sort(np.asarray(weights, dtype=np.int64))[::-1]
-    total = int(w.sum())
-    parts = {"ceil(sum/J)": -(-total // bins), "max": int(w[0])}
-    best_pigeon, k = 0, 1
-    while k * bins < len(w):
-        top = w[: k * bins + 1]
-        best_pigeon = max(best_pigeon, int(top[-(k + 1):].sum()))
-        k += 1
-    if best_pigeon:
-        parts["pigeonhole"] = best_pigeon
-    name = max(parts, key=lambda key: parts[key])
-    detail = ", ".join(f"{k}={v}" for k, v in parts.items())
-    return parts[name], f"max({detail}) = {parts[name]} tokens ({name})"
+    value, _name, text = _cheap_bound(weights, bins)
+    return value, text
+
+
+def _cheap_bound(weights: np.ndarray, bins: int) -> tuple[int, str, str]:
+    """(value, name of the bound giving it, text) for :func:`load_lower_bound`."""
+    w = pcmax_bounds.sorted_weights(weights)
+    value, name, parts = pcmax_bounds.best_bound(w, bins, pcmax_bounds.CHEAP)
+    detail = ", ".join(f"{k}={v}" for k, v in parts.items() if v)
+    return value, name, f"max({detail}) = {value} tokens ({name})"
 
 
 def lpt(weights: np.ndarray, bins: int) -> np.ndarray:
@@ -337,13 +337,15 @@ def canonical_labels(bp: BinPacking, assign: np.ndarray) -> np.ndarray:
 
 def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
           progress: Progress = SILENT) -> Result:
+    """Solve eqs 26–30. A time limit of 0 returns LPT at once with the closed-form bound."""
     bp = BinPacking.from_instance(instance)
     t0 = time.perf_counter()
     deadline = t0 + (time_limit_s if time_limit_s is not None else float("inf"))
-    lb, lb_text = load_lower_bound(bp.weights, bp.bins)
+    lb, lb_name, lb_text = _cheap_bound(bp.weights, bp.bins)
+    bound = _Bound(lb, lb_name, lb_text)
     progress.incumbent(None, bp.to_ms(lb), " ms")
     if solver in ("auto", "heuristic"):
-        return _solve_fast(bp, solver, lb, lb_text, t0, deadline, time_limit_s, progress)
+        return _solve_fast(bp, solver, bound, t0, deadline, time_limit_s, progress)
     if solver == "highs":
         progress.stage(f"HiGHS on eqs 26–30 ({bp.n} × {bp.bins} binaries)")
         model = pyomo_model(bp)
@@ -352,7 +354,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
             unit=" ms", mip_abs_gap=1 - 1e-6,
             collect=lambda value: _read_pyomo_assignment(model, bp, value),
         )
-        return _from_outcome(bp, out, "highs", lb, t0, time_limit_s, "HiGHS")
+        return _from_outcome(bp, out, "highs", bound, t0, time_limit_s, "HiGHS")
     if solver == "cpsat":
         progress.stage(f"CP-SAT on eqs 26–30 ({bp.n} × {bp.bins} booleans)")
         model, x = cpsat_model(bp)
@@ -360,8 +362,27 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
             model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
             unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
         )
-        return _from_outcome(bp, out, "cpsat", lb, t0, time_limit_s, "CP-SAT")
+        return _from_outcome(bp, out, "cpsat", bound, t0, time_limit_s, "CP-SAT")
     raise ValueError(f"unknown solver {solver!r}")
+
+
+@dataclass
+class _Bound:
+    """The best proven lower bound (tokens), the stable name of what proves it (a
+    :data:`pcmax_bounds.BOUNDS` name, "complete search", "highs" or "cpsat") and its text."""
+
+    tokens: int
+    name: str
+    text: str
+
+    def raise_to(self, tokens: int, name: str, text: str) -> None:
+        if tokens > self.tokens:
+            self.tokens, self.name, self.text = tokens, name, text
+
+
+STRONG_MAX_JOBS = 2000  # above, only mt_l2 of the bin-packing bounds (mt_l3, lifting: O(n) loops)
+SEARCH_SHARE = 0.6  # of the time left after the bounds: bin completion first, then LNS, then
+LNS_SHARE = 0.5     # bin completion again with what is left (half of it for the LNS)
 
 
 def _remaining(deadline: float) -> float | None:
@@ -370,55 +391,80 @@ def _remaining(deadline: float) -> float | None:
     return max(deadline - time.perf_counter(), 0.01)
 
 
-def _solve_fast(bp: BinPacking, solver: str, lb: int, lb_text: str, t0: float, deadline: float,
+def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline: float,
                 time_limit_s: float | None, progress: Progress) -> Result:
-    """Heuristic phases (each improving ``assign`` in place) until the incumbent meets the lower
-    bound; then, for ``auto``, CP-SAT warm-started from the incumbent for the rest of the time."""
+    """LPT + improvement moves until the incumbent meets the closed-form bound; then, for
+    ``auto``, the bin-packing bounds of :mod:`pcmax_bounds`, and bin completion
+    (:mod:`pcmax_search`) at T = bound, bound + 1, … interleaved with the exact-repacking LNS
+    (one slice of bin completion, one of LNS, then bin completion for the rest of the time)."""
     from llmopt import __version__
 
     version = f"llmopt {__version__}"
     assign = lpt(bp.weights, bp.bins)
-    phases = [("LPT + improvement moves",
-               lambda: improve(bp.weights, bp.bins, assign, lb, deadline))]
-    if solver == "auto" and bp.bins > LNS_MIN_BINS:
-        lns_deadline = time.perf_counter() + 0.5 * max(deadline - time.perf_counter(), 0)
-        phases.append(("exact-repacking LNS",
-                       lambda: group_lns(bp.weights, bp.bins, assign, lb, lns_deadline,
-                                         progress=progress, ms_per_unit=bp.ms_per_unit)))
-    for name, phase in phases:
-        progress.stage(f"{name} (lower bound {lb} tokens)")
-        interrupted = False
-        try:
-            phase()
-        except KeyboardInterrupt:
-            interrupted = True
-        ub = int(bp.loads(assign).max())
-        progress.incumbent(bp.to_ms(ub), bp.to_ms(lb), " ms")
-        if ub == lb:
-            return _result(bp, "optimal", assign, lb, solver, version, t0, time_limit_s,
-                           proof=f"incumbent load {ub} tokens equals the lower bound {lb_text}")
-        if interrupted or time.perf_counter() >= deadline:
-            return _result(bp, "feasible", assign, lb, solver, version, t0, time_limit_s,
-                           interrupted=interrupted)
-    if solver == "heuristic":
-        return _result(bp, "feasible", assign, lb, solver, version, t0, time_limit_s)
-    version += f" + {cpsat_backend.version()}"
-    progress.stage(f"CP-SAT from incumbent {ub} (lower bound {lb} tokens)")
-    model, x = cpsat_model(bp, strengthen=True, hint=canonical_labels(bp, assign), lower=lb,
-                           upper=ub)
-    out = cpsat_backend.solve_cpsat(
-        model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
-        unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
-    )
-    if out.solution is not None and int(bp.loads(out.solution).max()) <= ub:
-        assign = out.solution
-        ub = int(bp.loads(assign).max())
-    bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
-    if out.ending == "optimal" or bound >= ub:
-        return _result(bp, "optimal", assign, ub, solver, version, t0, time_limit_s,
-                       proof=f"CP-SAT proved no assignment has makespan below {ub} tokens")
-    return _result(bp, "feasible", assign, bound, solver, version, t0, time_limit_s,
-                   interrupted=out.interrupted)
+
+    def finish(status: str, proof: str | None = None, interrupted: bool = False) -> Result:
+        return _result(bp, status, assign, bound, solver, version, t0, time_limit_s,
+                       proof=proof, interrupted=interrupted)
+
+    def meets(ub: int) -> Result:
+        return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
+                                       f"{bound.text}")
+
+    progress.stage(f"LPT + improvement moves (lower bound {bound.tokens} tokens)")
+    interrupted = False
+    try:
+        improve(bp.weights, bp.bins, assign, bound.tokens, deadline)
+    except KeyboardInterrupt:
+        interrupted = True
+    ub = int(bp.loads(assign).max())
+    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+    if ub == bound.tokens:
+        return meets(ub)
+    if interrupted or solver == "heuristic" or time.perf_counter() >= deadline:
+        return finish("feasible", interrupted=interrupted)
+    try:
+        progress.stage("bin-packing lower bounds (mt_l2, mt_l3, lifting)")
+        names = pcmax_bounds.STRONG if bp.n <= STRONG_MAX_JOBS else ("mt_l2",)
+        value, name, _ = pcmax_bounds.best_bound(pcmax_bounds.sorted_weights(bp.weights),
+                                                 bp.bins, names, stop_at=ub)
+        bound.raise_to(value, name, f"{name} = {value} tokens")
+        progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+        if ub == bound.tokens:
+            return meets(ub)
+        lns = bp.bins > LNS_MIN_BINS
+        for phase in ("search", "lns", "last search"):
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            if phase == "lns":
+                if not lns:
+                    continue
+                progress.stage(f"exact-repacking LNS (lower bound {bound.tokens} tokens)")
+                version = f"llmopt {__version__} + {cpsat_backend.version()}"
+                group_lns(bp.weights, bp.bins, assign, bound.tokens,
+                          time.perf_counter() + LNS_SHARE * left, progress=progress,
+                          ms_per_unit=bp.ms_per_unit)
+                ub = int(bp.loads(assign).max())
+                if ub == bound.tokens:
+                    return meets(ub)
+                continue
+            progress.stage(f"bin completion at makespan {bound.tokens}.. < {ub} tokens")
+            share = SEARCH_SHARE if lns and phase == "search" else 1.0
+            found, proven, _ = pcmax_search.minimize(
+                bp.weights, bp.bins, bound.tokens, ub, time.perf_counter() + share * left)
+            bound.raise_to(proven, "complete search",
+                           f"complete search (bin completion) = {proven} tokens")
+            if found is not None:
+                assign[:] = found
+                return finish("optimal", proof=f"bin completion packed every request within "
+                                               f"{proven} tokens, the lower bound {bound.text}")
+            progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+            if bound.tokens >= ub:
+                return finish("optimal", proof=f"bin completion proved no assignment has "
+                                               f"makespan below {ub} tokens")
+    except KeyboardInterrupt:
+        return finish("feasible", interrupted=True)
+    return finish("feasible")
 
 
 def _read_cpsat_assignment(x: list[list[cp_model.IntVar]], value) -> np.ndarray:
@@ -430,29 +476,31 @@ def _read_pyomo_assignment(m: pyo.ConcreteModel, bp: BinPacking, value) -> np.nd
                      for i in range(bp.n)], dtype=np.int64)
 
 
-def _from_outcome(bp: BinPacking, out: Outcome, solver: str, lb: int, t0: float,
+def _from_outcome(bp: BinPacking, out: Outcome, solver: str, bound: _Bound, t0: float,
                   time_limit_s: float | None, name: str) -> Result:
+    solver_bound = int(np.ceil((out.bound or 0) - 1e-6))
+    bound.raise_to(solver_bound, solver, f"{name} dual bound = {solver_bound} tokens")
     if out.ending == "infeasible":  # cannot happen for J ≥ 1, reported rather than hidden
         return Result("binpacking", solver, "infeasible", None, None,
                       time.perf_counter() - t0, time_limit_s, out.solver_version)
     if out.solution is None:
         status = "error" if out.ending == "error" else "time_limit_no_solution"
-        bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
-        return Result("binpacking", solver, status, None, bp.to_ms(bound),
+        return Result("binpacking", solver, status, None, bp.to_ms(bound.tokens),
                       time.perf_counter() - t0, time_limit_s, out.solver_version,
-                      interrupted=out.interrupted, notes=[out.message] if out.message else [])
+                      interrupted=out.interrupted, notes=[out.message] if out.message else [],
+                      data={"lower_bound": {"name": bound.name, "tokens": bound.tokens}})
     ub = int(bp.loads(out.solution).max())
-    bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
-    if bound >= ub:
+    if bound.tokens >= ub:
+        bound.tokens = ub  # a dual bound above the incumbent cannot be: report the proven value
         proof = (f"{name} proved optimality" if out.ending == "optimal"
                  else f"{name} dual bound rounds up to the incumbent")
-        return _result(bp, "optimal", out.solution, ub, solver, out.solver_version, t0,
+        return _result(bp, "optimal", out.solution, bound, solver, out.solver_version, t0,
                        time_limit_s, proof=f"{proof}: makespan {ub} tokens")
     return _result(bp, "feasible", out.solution, bound, solver, out.solver_version, t0,
                    time_limit_s, interrupted=out.interrupted)
 
 
-def _result(bp: BinPacking, status: str, assign: np.ndarray, bound_units: int, solver: str,
+def _result(bp: BinPacking, status: str, assign: np.ndarray, bound: _Bound, solver: str,
             version: str, t0: float, time_limit_s: float | None, *, proof: str | None = None,
             interrupted: bool = False) -> Result:
     loads = bp.loads(assign)
@@ -461,7 +509,7 @@ def _result(bp: BinPacking, status: str, assign: np.ndarray, bound_units: int, s
         solver=solver,
         status=status,
         objective=bp.to_ms(loads.max()),
-        bound=bp.to_ms(bound_units),
+        bound=bp.to_ms(bound.tokens),
         runtime_s=time.perf_counter() - t0,
         time_limit_s=time_limit_s,
         solver_version=version,
@@ -471,5 +519,6 @@ def _result(bp: BinPacking, status: str, assign: np.ndarray, bound_units: int, s
             "t_round_ms": bp.ms_per_unit,
             "assignment": {rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
             "loads": [bp.to_ms(x) for x in loads],
+            "lower_bound": {"name": bound.name, "tokens": int(bound.tokens)},
         },
     )
