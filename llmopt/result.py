@@ -4,7 +4,8 @@ Solution JSON (a public contract; these keys are kept)::
 
     {"llmopt_version", "instance", "instance_sha256", "problem", "solver", "solver_version",
      "status", "objective", "bound", "gap", "runtime_s", "time_limit_s", "units",
-     ...problem-specific keys (binpacking: "assignment", "loads")}
+     ...problem-specific keys (binpacking: "assignment", "loads", "lower_bound": {"name",
+     "tokens"}: the bound behind "bound", see llmopt.pcmax_recheck)}
 
 Status vocabulary: ``optimal`` (proven: objective == bound within tolerance), ``feasible``
 (incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``.

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llmopt.instance import Instance
+from llmopt.pcmax_recheck import recompute_bound
 from llmopt.result import STATUSES
 
 REL_TOL = 1e-7
@@ -115,7 +116,30 @@ def _check_binpacking(instance: Instance, sol: dict[str, Any]) -> list[str]:
                            f"{stated[j]} stated, {loads[j]} recomputed")
     if reasons:
         return reasons
-    return _check_objective_and_bound(sol, max(loads))
+    reasons += _check_bound_certificate(instance, sol, t_round)
+    return reasons + _check_objective_and_bound(sol, max(loads))
+
+
+def _check_bound_certificate(instance: Instance, sol: dict[str, Any],
+                             t_round: float) -> list[str]:
+    """``data.lower_bound`` names the bound behind ``bound``: a closed-form one is recomputed
+    from the output lengths by ``llmopt.pcmax_recheck`` (code separate from the solver's)."""
+    cert = sol.get("lower_bound")
+    if cert is None:
+        return []  # solutions written before the certificate existed
+    if not isinstance(cert, dict) or not isinstance(cert.get("name"), str) \
+            or not isinstance(cert.get("tokens"), int) or isinstance(cert.get("tokens"), bool):
+        return [f"lower_bound {cert!r} must be {{name: str, tokens: int}}"]
+    name, tokens = cert["name"], cert["tokens"]
+    bound = sol.get("bound")
+    if isinstance(bound, int | float) and not close(bound, tokens * t_round):
+        return [f"bound {bound} is not lower_bound.tokens {tokens} × t_round {t_round}"]
+    weights = [r.output_tokens for r in instance.requests]
+    clients = instance.system.clients * instance.system.instances
+    recomputed = recompute_bound(name, weights, clients)
+    if recomputed is not None and recomputed != tokens:
+        return [f"lower_bound {name} = {tokens} tokens, but it recomputes to {recomputed}"]
+    return []
 
 
 def _check_replay(instance: Instance, sol: dict[str, Any]) -> list[str]:

@@ -453,11 +453,12 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             found, proven, _ = pcmax_search.minimize(
                 bp.weights, bp.bins, bound.tokens, ub, time.perf_counter() + share * left)
             bound.raise_to(proven, "complete search",
-                           f"complete search (bin completion) = {proven} tokens")
+                           f"{proven} tokens (complete search: bin completion found no "
+                           f"assignment within {proven - 1} tokens)")
             if found is not None:
                 assign[:] = found
                 return finish("optimal", proof=f"bin completion packed every request within "
-                                               f"{proven} tokens, the lower bound {bound.text}")
+                                               f"{proven} tokens; lower bound {bound.text}")
             progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
             if bound.tokens >= ub:
                 return finish("optimal", proof=f"bin completion proved no assignment has "
