@@ -94,6 +94,7 @@ class _BinCompletion:
         self.sizes = sizes
         self.deadline = deadline
         self.nodes = 0
+        self.steps = 0  # completion-generation steps, for the deadline check
         self.exhaustive = True
         self.nogoods: set[tuple[int, tuple[int, ...]]] = set()
 
@@ -149,6 +150,9 @@ class _BinCompletion:
         smallest_out = [self.capacity + 1]  # smallest size left out so far (stack)
 
         def extend(i: int, room: int) -> None:
+            self.steps += 1
+            if self.steps % 4096 == 0 and time.perf_counter() > self.deadline:
+                raise _Deadline
             if len(found) >= MAX_COMPLETIONS:
                 self.exhaustive = False
                 return
