@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,7 @@ from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import Outcome
 from llmopt.errors import ProfileError
-from llmopt.formulations import pcmax_bounds, pcmax_search
+from llmopt.formulations import pcmax_arcflow, pcmax_bounds, pcmax_search
 from llmopt.instance import Instance
 from llmopt.profiles import PangLinearProfile
 from llmopt.progress import SILENT, Progress
@@ -383,8 +384,12 @@ class _Bound:
 
 
 STRONG_MAX_JOBS = 2000  # above, only mt_l2 of the bin-packing bounds (mt_l3, lifting: O(n) loops)
-SEARCH_SHARE = 0.6  # of the time left after the bounds: bin completion first, then LNS, then
-LNS_SHARE = 0.5     # bin completion again with what is left (half of it for the LNS)
+# shares of the time left, per round of the portfolio (see _solve_fast)
+BC_SHARE = 0.25  # bin completion at T (at least BC_MIN_S)
+BC_MIN_S = 1.0
+BC_FIRST_S = 2.0  # the first round's bin completion: it decides tight-slack cases fast or never
+AF_SHARE = 0.6   # arc-flow LP bound, then the arc-flow MIP at T
+LNS_SHARE = 0.5  # exact-repacking LNS
 
 
 def _remaining(deadline: float) -> float | None:
@@ -393,18 +398,28 @@ def _remaining(deadline: float) -> float | None:
     return max(deadline - time.perf_counter(), 0.01)
 
 
+def _searched(t: int, by: str) -> str:
+    return f"{t + 1} tokens (complete search: {by} found no assignment within {t} tokens)"
+
+
 def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline: float,
                 time_limit_s: float | None, progress: Progress) -> Result:
     """LPT + improvement moves until the incumbent meets the closed-form bound; then, for
-    ``auto``, the bin-packing bounds of :mod:`pcmax_bounds`, and bin completion
-    (:mod:`pcmax_search`) at T = bound, bound + 1, … interleaved with the exact-repacking LNS
-    (one slice of bin completion, one of LNS, then bin completion for the rest of the time)."""
+    ``auto``, the bin-packing bounds of :mod:`pcmax_bounds`, then rounds at T = the bound (raised
+    by every refuted T) until the incumbent is proven or the time is up, each round: bin
+    completion at T (:mod:`pcmax_search`, a quarter of the time left, at least 1 s), the arc-flow
+    LP bound once and the arc-flow MIP at T when its graph is small enough
+    (:mod:`pcmax_arcflow`, 60 % of what is left), and the exact-repacking LNS (half of what is
+    left). A method that cannot decide (bin completion that stopped before its deadline, an
+    arc-flow graph too large) is not run again. With at most :data:`LNS_MIN_BINS` clients and a
+    graph too large, CP-SAT on the whole model (warm-started) gets what time is left."""
     from llmopt import __version__
 
-    version = f"llmopt {__version__}"
     assign = lpt(bp.weights, bp.bins)
+    engines: dict[str, Callable[[], str]] = {}  # back ends used, for the solver version
 
     def finish(status: str, proof: str | None = None, interrupted: bool = False) -> Result:
+        version = " + ".join([f"llmopt {__version__}", *(v() for v in engines.values())])
         return _result(bp, status, assign, bound, solver, version, t0, time_limit_s,
                        proof=proof, interrupted=interrupted)
 
@@ -434,37 +449,98 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
         if ub == bound.tokens:
             return meets(ub)
         lns = bp.bins > LNS_MIN_BINS
-        for phase in ("search", "lns", "last search"):
-            left = deadline - time.perf_counter()
+        search_useful = True  # False once bin completion ends undecided before its deadline
+        lp_done = False
+        first_round = True
+        sizes = len(np.unique(bp.weights))
+        use_arcs = (sizes * (ub + 1) <= pcmax_arcflow.MAX_ARCS or (
+            sizes * (ub + 1) <= 20 * pcmax_arcflow.MAX_ARCS
+            and pcmax_arcflow.arc_count(bp.weights, ub) <= pcmax_arcflow.MAX_ARCS))
+        while bound.tokens < ub:
+            start = time.perf_counter()
+            left = deadline - start
             if left <= 0:
                 break
-            if phase == "lns":
-                if not lns:
+            t, progress_made = bound.tokens, False
+            if search_useful:
+                share = BC_SHARE if (use_arcs or lns) else 1.0
+                progress.stage(f"bin completion at makespan {t} tokens")
+                slice_s = max(share * left, min(BC_MIN_S, left))
+                slice_end = start + (min(slice_s, BC_FIRST_S) if first_round else slice_s)
+                first_round = False
+                decision = pcmax_search.fits(bp.weights, bp.bins, t, slice_end)
+                if decision.status == "feasible":
+                    assign[:] = decision.assign
+                    return finish("optimal", proof=f"bin completion packed every request "
+                                                   f"within {t} tokens; lower bound {bound.text}")
+                if decision.status == "infeasible":
+                    bound.raise_to(t + 1, "complete search", _searched(t, "bin completion"))
+                    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
                     continue
+                search_useful = time.perf_counter() >= slice_end - 0.01
+            if use_arcs:
+                engines["highs"] = highs_backend.version
+                if not lp_done:
+                    lp_done = True
+                    progress.stage("arc-flow LP bound")
+                    lp = pcmax_arcflow.lp_bound(bp.weights, bp.bins, t, ub,
+                                                time.perf_counter() + AF_SHARE * left)
+                    if lp > t:
+                        bound.raise_to(lp, "arc-flow", _searched(lp - 1, "the arc-flow LP"))
+                        progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                        continue
+                progress.stage(f"arc-flow MIP at makespan {t} tokens")
+                left = deadline - time.perf_counter()
+                share = AF_SHARE if lns else 1.0
+                decision = pcmax_arcflow.fits(bp.weights, bp.bins, t,
+                                              time.perf_counter() + share * left)
+                if decision.status == "feasible":
+                    assign[:] = decision.assign
+                    return finish("optimal", proof=f"the arc-flow MIP packed every request "
+                                                   f"within {t} tokens; lower bound {bound.text}")
+                if decision.status == "infeasible":
+                    bound.raise_to(t + 1, "arc-flow", _searched(t, "the arc-flow MIP (HiGHS)"))
+                    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                    continue
+            if lns:
+                left = deadline - time.perf_counter()
                 progress.stage(f"exact-repacking LNS (lower bound {bound.tokens} tokens)")
-                version = f"llmopt {__version__} + {cpsat_backend.version()}"
+                engines["cpsat"] = cpsat_backend.version
+                before = ub
                 group_lns(bp.weights, bp.bins, assign, bound.tokens,
                           time.perf_counter() + LNS_SHARE * left, progress=progress,
                           ms_per_unit=bp.ms_per_unit)
                 ub = int(bp.loads(assign).max())
                 if ub == bound.tokens:
                     return meets(ub)
-                continue
-            progress.stage(f"bin completion at makespan {bound.tokens}.. < {ub} tokens")
-            share = SEARCH_SHARE if lns and phase == "search" else 1.0
-            found, proven, _ = pcmax_search.minimize(
-                bp.weights, bp.bins, bound.tokens, ub, time.perf_counter() + share * left)
-            bound.raise_to(proven, "complete search",
-                           f"{proven} tokens (complete search: bin completion found no "
-                           f"assignment within {proven - 1} tokens)")
-            if found is not None:
-                assign[:] = found
-                return finish("optimal", proof=f"bin completion packed every request within "
-                                               f"{proven} tokens; lower bound {bound.text}")
-            progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
-            if bound.tokens >= ub:
-                return finish("optimal", proof=f"bin completion proved no assignment has "
-                                               f"makespan below {ub} tokens")
+                progress_made = ub < before
+            if not (progress_made or search_useful or use_arcs):
+                break  # nothing left that could decide within the time
+        if bound.tokens >= ub:
+            return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
+                                           f"{bound.text}")
+        if not lns and not use_arcs and time.perf_counter() < deadline:
+            # few clients and a graph too large: CP-SAT on the whole model for the rest
+            engines["cpsat"] = cpsat_backend.version
+            progress.stage(f"CP-SAT from incumbent {ub} (lower bound {bound.tokens} tokens)")
+            model, x = cpsat_model(bp, strengthen=True, hint=canonical_labels(bp, assign),
+                                   lower=bound.tokens, upper=ub)
+            out = cpsat_backend.solve_cpsat(
+                model, time_limit_s=_remaining(deadline), progress=progress,
+                scale=bp.ms_per_unit, unit=" ms",
+                collect=lambda value: _read_cpsat_assignment(x, value))
+            if out.solution is not None and int(bp.loads(out.solution).max()) <= ub:
+                assign[:] = out.solution
+                ub = int(bp.loads(assign).max())
+            solver_bound = int(np.ceil((out.bound or 0) - 1e-6))
+            if out.ending == "optimal" or solver_bound >= ub:
+                bound.raise_to(ub, "cpsat", f"{ub} tokens (CP-SAT proved no assignment has "
+                                            f"makespan below {ub} tokens)")
+                return finish("optimal", proof=f"CP-SAT proved no assignment has makespan "
+                                               f"below {ub} tokens")
+            bound.raise_to(min(solver_bound, ub), "cpsat", f"CP-SAT bound {solver_bound} tokens")
+            if out.interrupted:
+                return finish("feasible", interrupted=True)
     except KeyboardInterrupt:
         return finish("feasible", interrupted=True)
     return finish("feasible")
