@@ -14,8 +14,8 @@ from test_binpacking import brute_force_makespan, search_makespan
 
 from conftest import make_instance
 from llmopt.errors import OptionError
+from llmopt.formulations import pcmax_arcflow, pcmax_search
 from llmopt.formulations import pcmax_bounds as pb
-from llmopt.formulations import pcmax_search
 from llmopt.pcmax_recheck import recompute_bound
 from llmopt.solve import solve
 from llmopt.validate import validate_solution
@@ -179,3 +179,28 @@ def test_complete_search_proof_is_named_as_such():
     assert r.data["lower_bound"] == {"name": "complete search", "tokens": 847}
     assert "bin completion" in r.proof
     assert validate_solution(inst, r.to_dict(inst)) == []
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(small)
+def test_arc_flow_decides_exactly_and_its_lp_bound_is_valid(case):
+    weights, machines = case
+    optimum = brute_force_makespan(weights, machines)
+    far = time.perf_counter() + 30
+    yes = pcmax_arcflow.fits(weights, machines, optimum, far)
+    assert yes.status == "feasible"
+    loads = np.bincount(yes.assign, weights=weights, minlength=machines)
+    assert len(loads) == machines and loads.max() <= optimum
+    if optimum > 1:
+        assert pcmax_arcflow.fits(weights, machines, optimum - 1, far).status == "infeasible"
+    lower = max(1, -(-sum(weights) // machines), max(weights))
+    assert lower <= pcmax_arcflow.lp_bound(weights, machines, lower, optimum, far) <= optimum
+
+
+def test_arc_flow_graph_has_one_item_arc_per_reachable_load_and_size():
+    # sizes 3 and 2, capacity 6: size 3 from loads 0, 3 (arcs 0→3, 3→6); size 2 from loads
+    # reachable with sizes ≥ 2 so far, 0 3 and then its own chain: 0→2, 2→4, 3→5, 4→6 → 6 item
+    # arcs; loss arcs from the reachable loads 2 3 4 5 (not 0, not 6) → 4: 10 in all
+    assert pcmax_arcflow.arc_count([3, 2, 2, 3], 6) == 10
+

@@ -51,7 +51,7 @@ class ArcFlowDecision:
 def arc_count(weights: Sequence[int] | np.ndarray, capacity: int) -> int:
     """Number of arcs :func:`fits` would build (item arcs + loss arcs), without building them."""
     tails, _heads, _sizes, nodes = _item_arcs(weights, capacity, count_only=True)
-    return len(tails) + int(nodes.sum())
+    return len(tails) + int(nodes[1:capacity].sum())  # item arcs + a loss arc per load 0 < u < T
 
 
 def _item_arcs(weights: Sequence[int] | np.ndarray, capacity: int, count_only: bool = False
