@@ -20,9 +20,10 @@ Solvers
 -------
 ``auto``       exact fast path: LPT + improvement moves; optimal when the heuristic meets the
                closed-form lower bound of :func:`load_lower_bound`; otherwise the bin-packing
-               bounds of :mod:`pcmax_bounds` and bin completion (:mod:`pcmax_search`) at
-               T = bound, bound + 1, …, interleaved with the exact-repacking LNS, within the
-               time limit (0: LPT and the closed-form bound at once).
+               bounds of :mod:`pcmax_bounds`, then bin completion (:mod:`pcmax_search`) and
+               the arc-flow model (:mod:`pcmax_arcflow`) at T = bound, bound + 1, …,
+               interleaved with the exact-repacking LNS, within the time limit (0: LPT and
+               the closed-form bound at once).
 ``highs``      the Pyomo model of eqs 26–30 as written, solved by HiGHS.
 ``cpsat``      the same model in CP-SAT, as written.
 ``heuristic``  LPT + improvement moves only (optimal only when it meets the lower bound).
