@@ -454,9 +454,10 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
         lp_done = False
         first_round = True
         sizes = len(np.unique(bp.weights))
-        use_arcs = (sizes * (ub + 1) <= pcmax_arcflow.MAX_ARCS or (
-            sizes * (ub + 1) <= 20 * pcmax_arcflow.MAX_ARCS
-            and pcmax_arcflow.arc_count(bp.weights, ub) <= pcmax_arcflow.MAX_ARCS))
+        arcs = (pcmax_arcflow.arc_count(bp.weights, ub)
+                if sizes * (ub + 1) <= 20 * pcmax_arcflow.MAX_ARCS else None)
+        use_arcs = arcs is not None and arcs <= pcmax_arcflow.MAX_ARCS
+        arc_build_s = pcmax_arcflow.build_seconds(arcs or 0)
         while bound.tokens < ub:
             start = time.perf_counter()
             left = deadline - start
@@ -479,7 +480,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                     progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
                     continue
                 search_useful = time.perf_counter() >= slice_end - 0.01
-            if use_arcs:
+            if use_arcs and deadline - time.perf_counter() > arc_build_s:
                 engines["highs"] = highs_backend.version
                 if not lp_done:
                     lp_done = True

@@ -108,7 +108,7 @@ class _BinCompletion:
         if bins_left == 0:
             return None
         self.nodes += 1
-        if self.nodes % 256 == 0 and time.perf_counter() > self.deadline:
+        if time.perf_counter() > self.deadline:
             raise _Deadline
         key = (bins_left, rest)
         if key in self.nogoods:
@@ -151,7 +151,7 @@ class _BinCompletion:
 
         def extend(i: int, room: int) -> None:
             self.steps += 1
-            if self.steps % 4096 == 0 and time.perf_counter() > self.deadline:
+            if self.steps % 1024 == 0 and time.perf_counter() > self.deadline:
                 raise _Deadline
             if len(found) >= MAX_COMPLETIONS:
                 self.exhaustive = False
