@@ -463,8 +463,9 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             left = deadline - start
             if left <= 0:
                 break
-            t, progress_made = bound.tokens, False
+            t, progress_made, ran = bound.tokens, False, False
             if search_useful:
+                ran = True
                 share = BC_SHARE if (use_arcs or lns) else 1.0
                 progress.stage(f"bin completion at makespan {t} tokens")
                 slice_s = max(share * left, min(BC_MIN_S, left))
@@ -481,6 +482,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                     continue
                 search_useful = time.perf_counter() >= slice_end - 0.01
             if use_arcs and deadline - time.perf_counter() > arc_build_s:
+                ran = True
                 engines["highs"] = highs_backend.version
                 if not lp_done:
                     lp_done = True
@@ -505,6 +507,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                     progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
                     continue
             if lns:
+                ran = True
                 left = deadline - time.perf_counter()
                 progress.stage(f"exact-repacking LNS (lower bound {bound.tokens} tokens)")
                 engines["cpsat"] = cpsat_backend.version
@@ -516,7 +519,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 if ub == bound.tokens:
                     return meets(ub)
                 progress_made = ub < before
-            if not (progress_made or search_useful or use_arcs):
+            if not ran or not (progress_made or search_useful or use_arcs):
                 break  # nothing left that could decide within the time
         if bound.tokens >= ub:
             return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
