@@ -386,9 +386,10 @@ class _Bound:
 
 STRONG_MAX_JOBS = 2000  # above, only mt_l2 of the bin-packing bounds (mt_l3, lifting: O(n) loops)
 # shares of the time left, per round of the portfolio (see _solve_fast)
-BC_SHARE = 0.25  # bin completion at T (at least BC_MIN_S)
-BC_MIN_S = 1.0
-BC_FIRST_S = 2.0  # the first round's bin completion: it decides tight-slack cases fast or never
+BC_SHARE = 0.25  # bin completion at T beside arc-flow (at least BC_MIN_S; BC_FIRST_S at most in
+BC_MIN_S = 1.0   # the first round: it decides tight cases fast or not at all)
+BC_FIRST_S = 2.0
+BC_ALONE_SHARE = 0.6  # bin completion at T when the arc-flow graph is too large (then LNS)
 AF_SHARE = 0.6   # arc-flow LP bound, then the arc-flow MIP at T
 LNS_SHARE = 0.5  # exact-repacking LNS
 
@@ -408,8 +409,9 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
     """LPT + improvement moves until the incumbent meets the closed-form bound; then, for
     ``auto``, the bin-packing bounds of :mod:`pcmax_bounds`, then rounds at T = the bound (raised
     by every refuted T) until the incumbent is proven or the time is up, each round: bin
-    completion at T (:mod:`pcmax_search`, a quarter of the time left, at least 1 s), the arc-flow
-    LP bound once and the arc-flow MIP at T when its graph is small enough
+    completion at T (:mod:`pcmax_search`; beside arc-flow a quarter of the time left, at least
+    1 s, at most 2 s in the first round; without arc-flow 60 %), the arc-flow LP bound once and
+    the arc-flow MIP at T when its graph is small enough
     (:mod:`pcmax_arcflow`, 60 % of what is left), and the exact-repacking LNS (half of what is
     left). A method that cannot decide (bin completion that stopped before its deadline, an
     arc-flow graph too large) is not run again. With at most :data:`LNS_MIN_BINS` clients and a
@@ -466,10 +468,14 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             t, progress_made, ran = bound.tokens, False, False
             if search_useful:
                 ran = True
-                share = BC_SHARE if (use_arcs or lns) else 1.0
+                # beside the arc-flow model bin completion gets short slices (arc-flow is the
+                # stronger prover there); alone, most of the time (it finds tight packings)
+                share = BC_SHARE if use_arcs else BC_ALONE_SHARE if lns else 1.0
                 progress.stage(f"bin completion at makespan {t} tokens")
                 slice_s = max(share * left, min(BC_MIN_S, left))
-                slice_end = start + (min(slice_s, BC_FIRST_S) if first_round else slice_s)
+                if first_round and use_arcs:
+                    slice_s = min(slice_s, BC_FIRST_S)
+                slice_end = start + slice_s
                 first_round = False
                 decision = pcmax_search.fits(bp.weights, bp.bins, t, slice_end)
                 if decision.status == "feasible":

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-MAX_ARCS = 300_000  # above, the model is not built (bin completion alone decides)
+MAX_ARCS = 100_000  # above, the model is not built (bin completion alone decides)
 
 
 def build_seconds(arcs: int) -> float:
