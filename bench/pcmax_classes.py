@@ -158,6 +158,9 @@ def main() -> None:
                     "instances already in it are skipped)")
     ap.add_argument("--table-only", action="store_true",
                     help="do not solve: build the table from the rows in --out")
+    ap.add_argument("--note", action="append", default=[],
+                    help="a line to add under the table's header (repeatable), e.g. the command "
+                    "and commit that measured the rows of a --table-only run")
     ap.add_argument("--write-docs", action="store_true",
                     help="write the table into docs/benchmarks.md (section pcmax-<set>)")
     args = ap.parse_args()
@@ -194,7 +197,8 @@ def section_text(args: argparse.Namespace, body: str, count: int) -> str:
             + (f" (every {args.every}th of the generated grid)" if args.every > 1 else "")
             + f", per-instance limit {args.limit:g} s, "
             "one solve at a time; times are wall clock of `llmopt.solve` (noisy: the 2-core "
-            "machine was shared).\n\n" + body + "\n")
+            "machine was shared).\n" + "".join(f"- {note}\n" for note in args.note)
+            + "\n" + body + "\n")
 
 
 if __name__ == "__main__":
