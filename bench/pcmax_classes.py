@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import command_line, header, update_section
+from _common import ROOT, header, update_section
 
 from llmopt.instance import instance_from_mapping
 from llmopt.solve import solve
@@ -192,13 +194,21 @@ def main() -> None:
 def section_text(args: argparse.Namespace, body: str, count: int) -> str:
     title = ("P||Cmax classic classes (França et al. 1994, Frangioni et al. 2004)"
              if args.set == "classic" else "P||Cmax hard classes (Lawrinenko 2017)")
-    return (f"## {title}\n\n" + header(command_line())
+    return (f"## {title}\n\n" + header(_without_notes())
             + f"- {count} generated instances"
             + (f" (every {args.every}th of the generated grid)" if args.every > 1 else "")
             + f", per-instance limit {args.limit:g} s, "
             "one solve at a time; times are wall clock of `llmopt.solve` (noisy: the 2-core "
             "machine was shared).\n" + "".join(f"- {note}\n" for note in args.note)
             + "\n" + body + "\n")
+
+
+def _without_notes() -> str:
+    """The command line without its ``--note`` values (they are printed as lines of their own)."""
+    argv = sys.argv[1:]
+    kept = [a for i, a in enumerate(argv)
+            if a != "--note" and not (i > 0 and argv[i - 1] == "--note")]
+    return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *kept])
 
 
 if __name__ == "__main__":
