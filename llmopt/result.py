@@ -4,9 +4,10 @@ Solution JSON (a public contract; these keys are kept)::
 
     {"llmopt_version", "instance", "instance_sha256", "problem", "solver", "solver_version",
      "status", "objective", "bound", "gap", "runtime_s", "time_limit_s", "units",
-     ...problem-specific keys (binpacking: "assignment", "loads"; problems with a
-     schedule: "metrics" and "schedule": {file, sha256, segments, iterations}, the name of the
-     Parquet file with the segments and the iteration log)}
+     ...problem-specific keys (binpacking: "assignment", "loads", "lower_bound": {"name",
+     "tokens"}: the bound behind "bound", recomputed by llmopt.validate.pcmax_bounds;
+     problems with a schedule: "metrics" and "schedule": {file, sha256, segments,
+     iterations}, the name of the Parquet file with the segments and the iteration log)}
 
 Status vocabulary: ``optimal`` (proven: objective == bound within tolerance), ``feasible``
 (incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``.

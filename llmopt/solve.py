@@ -14,6 +14,8 @@ from llmopt.result import Result
 DEFAULT_PROBLEM = "binpacking"
 DEFAULT_SOLVER = "auto"
 DEFAULT_TIME_LIMIT_S = 60.0
+# problems whose solve() answers a time limit of 0 with its heuristic and bound at once
+ZERO_TIME_LIMIT_PROBLEMS = ("binpacking",)
 
 
 def _problems() -> dict:
@@ -42,8 +44,10 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
         raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
                           file=instance.label() if from_file else None,
                           field="solve.solver" if from_file else "--solver", value=solver)
-    if time_limit_s is not None and time_limit_s <= 0:
-        raise OptionError("must be positive", field="--time-limit", value=time_limit_s)
+    if time_limit_s is not None and (time_limit_s < 0 or (time_limit_s == 0
+                                     and problem not in ZERO_TIME_LIMIT_PROBLEMS)):
+        allowed = "positive" if problem not in ZERO_TIME_LIMIT_PROBLEMS else "0 or positive"
+        raise OptionError(f"must be {allowed}", field="--time-limit", value=time_limit_s)
     return problem, solver, time_limit_s
 
 

@@ -19,8 +19,11 @@ lower bound is optimal).
 Solvers
 -------
 ``auto``       exact fast path: LPT + improvement moves; optimal when the heuristic meets the
-               lower bound of :func:`load_lower_bound`; otherwise CP-SAT warm-started from the
-               heuristic with symmetry breaking, within the time limit.
+               closed-form lower bound of :func:`load_lower_bound`; otherwise the bin-packing
+               bounds of :mod:`pcmax_bounds`, then bin completion (:mod:`pcmax_search`) and
+               the arc-flow model (:mod:`pcmax_arcflow`) at T = bound, bound + 1, …,
+               interleaved with the exact-repacking LNS, within the time limit (0: LPT and
+               the closed-form bound at once).
 ``highs``      the Pyomo model of eqs 26–30 as written, solved by HiGHS.
 ``cpsat``      the same model in CP-SAT, as written.
 ``heuristic``  LPT + improvement moves only (optimal only when it meets the lower bound).
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +44,7 @@ from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import Outcome
 from llmopt.errors import ProfileError
+from llmopt.formulations import pcmax_arcflow, pcmax_bounds, pcmax_search
 from llmopt.instance import Instance
 from llmopt.profiles import PangLinearProfile
 from llmopt.progress import SILENT, Progress
@@ -47,6 +52,7 @@ from llmopt.result import Result
 
 SOLVERS = ("auto", "highs", "cpsat", "heuristic")
 LNS_MIN_BINS = 6  # with fewer clients an LNS group is the whole problem: go to CP-SAT at once
+CANONICAL_STEPS = 3_000_000  # bin completion's budget for the canonical packing (a few s)
 
 
 @dataclass(frozen=True)
@@ -83,26 +89,25 @@ class BinPacking:
 
 
 def load_lower_bound(weights: np.ndarray, bins: int) -> tuple[int, str]:
-    """Largest of three valid lower bounds on the optimal makespan of integer loads:
+    """Largest of the closed-form lower bounds on the optimal makespan of integer loads
+    (:data:`pcmax_bounds.CHEAP`), with a text naming each value:
 
     - ceil(Σ w / J): the average load, rounded up because loads are integers;
     - max w: the largest request must go somewhere;
-    - pigeonhole: of the k·J + 1 largest requests, some client holds k + 1, so the makespan is at
-      least the sum of the k + 1 smallest among them (k = 1, 2, …).
+    - pigeonhole: of the k·J + r largest requests, the r clients holding the most of them hold
+      at least r·(k + 1), so one of them carries at least the sum of the r·(k + 1) smallest of
+      those requests divided by r (every prefix; r = 1 is the classic k·J + 1 argument).
     """
-    w = np.sort(np.asarray(weights, dtype=np.int64))[::-1]
-    total = int(w.sum())
-    parts = {"ceil(sum/J)": -(-total // bins), "max": int(w[0])}
-    best_pigeon, k = 0, 1
-    while k * bins < len(w):
-        top = w[: k * bins + 1]
-        best_pigeon = max(best_pigeon, int(top[-(k + 1):].sum()))
-        k += 1
-    if best_pigeon:
-        parts["pigeonhole"] = best_pigeon
-    name = max(parts, key=lambda key: parts[key])
-    detail = ", ".join(f"{k}={v}" for k, v in parts.items())
-    return parts[name], f"max({detail}) = {parts[name]} tokens ({name})"
+    value, _name, text = _cheap_bound(weights, bins)
+    return value, text
+
+
+def _cheap_bound(weights: np.ndarray, bins: int) -> tuple[int, str, str]:
+    """(value, name of the bound giving it, text) for :func:`load_lower_bound`."""
+    w = pcmax_bounds.sorted_weights(weights)
+    value, name, parts = pcmax_bounds.best_bound(w, bins, pcmax_bounds.CHEAP)
+    detail = ", ".join(f"{k}={v}" for k, v in parts.items() if v)
+    return value, name, f"max({detail}) = {value} tokens ({name})"
 
 
 def lpt(weights: np.ndarray, bins: int) -> np.ndarray:
@@ -337,13 +342,15 @@ def canonical_labels(bp: BinPacking, assign: np.ndarray) -> np.ndarray:
 
 def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
           progress: Progress = SILENT) -> Result:
+    """Solve eqs 26–30. A time limit of 0 returns LPT at once with the closed-form bound."""
     bp = BinPacking.from_instance(instance)
     t0 = time.perf_counter()
     deadline = t0 + (time_limit_s if time_limit_s is not None else float("inf"))
-    lb, lb_text = load_lower_bound(bp.weights, bp.bins)
+    lb, lb_name, lb_text = _cheap_bound(bp.weights, bp.bins)
+    bound = _Bound(lb, lb_name, lb_text)
     progress.incumbent(None, bp.to_ms(lb), " ms")
     if solver in ("auto", "heuristic"):
-        return _solve_fast(bp, solver, lb, lb_text, t0, deadline, time_limit_s, progress)
+        return _solve_fast(bp, solver, bound, t0, deadline, time_limit_s, progress)
     if solver == "highs":
         progress.stage(f"HiGHS on eqs 26–30 ({bp.n} × {bp.bins} binaries)")
         model = pyomo_model(bp)
@@ -352,7 +359,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
             unit=" ms", mip_abs_gap=1 - 1e-6,
             collect=lambda value: _read_pyomo_assignment(model, bp, value),
         )
-        return _from_outcome(bp, out, "highs", lb, t0, time_limit_s, "HiGHS")
+        return _from_outcome(bp, out, "highs", bound, t0, time_limit_s, "HiGHS")
     if solver == "cpsat":
         progress.stage(f"CP-SAT on eqs 26–30 ({bp.n} × {bp.bins} booleans)")
         model, x = cpsat_model(bp)
@@ -360,8 +367,32 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
             model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
             unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
         )
-        return _from_outcome(bp, out, "cpsat", lb, t0, time_limit_s, "CP-SAT")
+        return _from_outcome(bp, out, "cpsat", bound, t0, time_limit_s, "CP-SAT")
     raise ValueError(f"unknown solver {solver!r}")
+
+
+@dataclass
+class _Bound:
+    """The best proven lower bound (tokens), the stable name of what proves it (a
+    :data:`pcmax_bounds.BOUNDS` name, "complete search", "highs" or "cpsat") and its text."""
+
+    tokens: int
+    name: str
+    text: str
+
+    def raise_to(self, tokens: int, name: str, text: str) -> None:
+        if tokens > self.tokens:
+            self.tokens, self.name, self.text = tokens, name, text
+
+
+STRONG_MAX_JOBS = 2000  # above, only mt_l2 of the bin-packing bounds (mt_l3, lifting: O(n) loops)
+# shares of the time left, per round of the portfolio (see _solve_fast)
+BC_SHARE = 0.25  # bin completion at T beside arc-flow (at least BC_MIN_S; BC_FIRST_S at most in
+BC_MIN_S = 1.0   # the first round: it decides tight cases fast or not at all)
+BC_FIRST_S = 2.0
+BC_ALONE_SHARE = 0.6  # bin completion at T when the arc-flow graph is too large (then LNS)
+AF_SHARE = 0.6   # arc-flow LP bound, then the arc-flow MIP at T
+LNS_SHARE = 0.5  # exact-repacking LNS
 
 
 def _remaining(deadline: float) -> float | None:
@@ -370,55 +401,175 @@ def _remaining(deadline: float) -> float | None:
     return max(deadline - time.perf_counter(), 0.01)
 
 
-def _solve_fast(bp: BinPacking, solver: str, lb: int, lb_text: str, t0: float, deadline: float,
+def _searched(t: int, by: str) -> str:
+    return f"{t + 1} tokens (complete search: {by} found no assignment within {t} tokens)"
+
+
+def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline: float,
                 time_limit_s: float | None, progress: Progress) -> Result:
-    """Heuristic phases (each improving ``assign`` in place) until the incumbent meets the lower
-    bound; then, for ``auto``, CP-SAT warm-started from the incumbent for the rest of the time."""
+    """LPT + improvement moves until the incumbent meets the closed-form bound; then, for
+    ``auto``, the bin-packing bounds of :mod:`pcmax_bounds`, then rounds at T = the bound (raised
+    by every refuted T) until the incumbent is proven or the time is up, each round: bin
+    completion at T (:mod:`pcmax_search`; beside arc-flow a quarter of the time left, at least
+    1 s, at most 2 s in the first round; without arc-flow 60 %), the arc-flow LP bound once and
+    the arc-flow MIP at T when its graph is small enough
+    (:mod:`pcmax_arcflow`, 60 % of what is left), and the exact-repacking LNS (half of what is
+    left). A method that cannot decide (bin completion that stopped before its deadline, an
+    arc-flow graph too large) is not run again. With at most :data:`LNS_MIN_BINS` clients and a
+    graph too large, CP-SAT on the whole model (warm-started) gets what time is left."""
     from llmopt import __version__
 
-    version = f"llmopt {__version__}"
     assign = lpt(bp.weights, bp.bins)
-    phases = [("LPT + improvement moves",
-               lambda: improve(bp.weights, bp.bins, assign, lb, deadline))]
-    if solver == "auto" and bp.bins > LNS_MIN_BINS:
-        lns_deadline = time.perf_counter() + 0.5 * max(deadline - time.perf_counter(), 0)
-        phases.append(("exact-repacking LNS",
-                       lambda: group_lns(bp.weights, bp.bins, assign, lb, lns_deadline,
-                                         progress=progress, ms_per_unit=bp.ms_per_unit)))
-    for name, phase in phases:
-        progress.stage(f"{name} (lower bound {lb} tokens)")
-        interrupted = False
-        try:
-            phase()
-        except KeyboardInterrupt:
-            interrupted = True
-        ub = int(bp.loads(assign).max())
-        progress.incumbent(bp.to_ms(ub), bp.to_ms(lb), " ms")
-        if ub == lb:
-            return _result(bp, "optimal", assign, lb, solver, version, t0, time_limit_s,
-                           proof=f"incumbent load {ub} tokens equals the lower bound {lb_text}")
-        if interrupted or time.perf_counter() >= deadline:
-            return _result(bp, "feasible", assign, lb, solver, version, t0, time_limit_s,
-                           interrupted=interrupted)
-    if solver == "heuristic":
-        return _result(bp, "feasible", assign, lb, solver, version, t0, time_limit_s)
-    version += f" + {cpsat_backend.version()}"
-    progress.stage(f"CP-SAT from incumbent {ub} (lower bound {lb} tokens)")
-    model, x = cpsat_model(bp, strengthen=True, hint=canonical_labels(bp, assign), lower=lb,
-                           upper=ub)
-    out = cpsat_backend.solve_cpsat(
-        model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
-        unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
-    )
-    if out.solution is not None and int(bp.loads(out.solution).max()) <= ub:
-        assign = out.solution
-        ub = int(bp.loads(assign).max())
-    bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
-    if out.ending == "optimal" or bound >= ub:
-        return _result(bp, "optimal", assign, ub, solver, version, t0, time_limit_s,
-                       proof=f"CP-SAT proved no assignment has makespan below {ub} tokens")
-    return _result(bp, "feasible", assign, bound, solver, version, t0, time_limit_s,
-                   interrupted=out.interrupted)
+    engines: dict[str, Callable[[], str]] = {}  # back ends used, for the solver version
+
+    def finish(status: str, proof: str | None = None, interrupted: bool = False) -> Result:
+        version = " + ".join([f"llmopt {__version__}", *(v() for v in engines.values())])
+        return _result(bp, status, assign, bound, solver, version, t0, time_limit_s,
+                       proof=proof, interrupted=interrupted)
+
+    def meets(ub: int) -> Result:
+        return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
+                                       f"{bound.text}")
+
+    progress.stage(f"LPT + improvement moves (lower bound {bound.tokens} tokens)")
+    interrupted = False
+    try:
+        improve(bp.weights, bp.bins, assign, bound.tokens, deadline)
+    except KeyboardInterrupt:
+        interrupted = True
+    ub = int(bp.loads(assign).max())
+    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+    if ub == bound.tokens:
+        return meets(ub)
+    if interrupted or solver == "heuristic" or time.perf_counter() >= deadline:
+        return finish("feasible", interrupted=interrupted)
+    try:
+        progress.stage("bin-packing lower bounds (mt_l2, mt_l3, lifting)")
+        names = pcmax_bounds.STRONG if bp.n <= STRONG_MAX_JOBS else ("mt_l2",)
+        value, name, _ = pcmax_bounds.best_bound(pcmax_bounds.sorted_weights(bp.weights),
+                                                 bp.bins, names, stop_at=ub)
+        bound.raise_to(value, name, f"{name} = {value} tokens")
+        progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+        if ub == bound.tokens:
+            return meets(ub)
+        lns = bp.bins > LNS_MIN_BINS
+        search_useful = True  # False once bin completion ends undecided before its deadline
+        lp_done = False
+        first_round = True
+        sizes = len(np.unique(bp.weights))
+        arcs = (pcmax_arcflow.arc_count(bp.weights, ub)
+                if sizes * (ub + 1) <= 20 * pcmax_arcflow.MAX_ARCS else None)
+        use_arcs = arcs is not None and arcs <= pcmax_arcflow.MAX_ARCS
+        arc_build_s = pcmax_arcflow.build_seconds(arcs or 0)
+        while bound.tokens < ub:
+            start = time.perf_counter()
+            left = deadline - start
+            if left <= 0:
+                break
+            t, progress_made, ran = bound.tokens, False, False
+            if search_useful:
+                ran = True
+                # beside the arc-flow model bin completion gets short slices (arc-flow is the
+                # stronger prover there); alone, most of the time (it finds tight packings)
+                share = BC_SHARE if use_arcs else BC_ALONE_SHARE if lns else 1.0
+                progress.stage(f"bin completion at makespan {t} tokens")
+                slice_s = max(share * left, min(BC_MIN_S, left))
+                if first_round and use_arcs:
+                    slice_s = min(slice_s, BC_FIRST_S)
+                slice_end = start + slice_s
+                first_round = False
+                decision = pcmax_search.fits(bp.weights, bp.bins, t, slice_end)
+                if decision.status == "feasible":
+                    assign[:] = decision.assign
+                    return finish("optimal", proof=f"bin completion packed every request "
+                                                   f"within {t} tokens; lower bound {bound.text}")
+                if decision.status == "infeasible":
+                    bound.raise_to(t + 1, "complete search", _searched(t, "bin completion"))
+                    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                    continue
+                search_useful = time.perf_counter() >= slice_end - 0.01
+            if use_arcs and deadline - time.perf_counter() > arc_build_s:
+                ran = True
+                engines["highs"] = highs_backend.version
+                if not lp_done:
+                    lp_done = True
+                    progress.stage("arc-flow LP bound")
+                    lp = pcmax_arcflow.lp_bound(bp.weights, bp.bins, t, ub,
+                                                time.perf_counter() + AF_SHARE * left)
+                    if lp > t:
+                        bound.raise_to(lp, "arc-flow", _searched(lp - 1, "the arc-flow LP"))
+                        progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                        continue
+                progress.stage(f"arc-flow MIP at makespan {t} tokens")
+                left = deadline - time.perf_counter()
+                share = AF_SHARE if lns else 1.0
+                decision = pcmax_arcflow.fits(bp.weights, bp.bins, t,
+                                              time.perf_counter() + share * left)
+                if decision.status == "feasible":
+                    assign[:] = decision.assign
+                    return finish("optimal", proof=f"the arc-flow MIP packed every request "
+                                                   f"within {t} tokens; lower bound {bound.text}")
+                if decision.status == "infeasible":
+                    bound.raise_to(t + 1, "arc-flow", _searched(t, "the arc-flow MIP (HiGHS)"))
+                    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                    continue
+            if lns:
+                ran = True
+                left = deadline - time.perf_counter()
+                progress.stage(f"exact-repacking LNS (lower bound {bound.tokens} tokens)")
+                engines["cpsat"] = cpsat_backend.version
+                before = ub
+                group_lns(bp.weights, bp.bins, assign, bound.tokens,
+                          time.perf_counter() + LNS_SHARE * left, progress=progress,
+                          ms_per_unit=bp.ms_per_unit)
+                ub = int(bp.loads(assign).max())
+                if ub == bound.tokens:
+                    return meets(ub)
+                progress_made = ub < before
+            if not ran or not (progress_made or search_useful or use_arcs):
+                break  # nothing left that could decide within the time
+        if bound.tokens >= ub:
+            return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
+                                           f"{bound.text}")
+        if not lns and not use_arcs and time.perf_counter() < deadline:
+            # few clients and a graph too large: CP-SAT on the whole model for the rest
+            engines["cpsat"] = cpsat_backend.version
+            progress.stage(f"CP-SAT from incumbent {ub} (lower bound {bound.tokens} tokens)")
+            model, x = cpsat_model(bp, strengthen=True, hint=canonical_labels(bp, assign),
+                                   lower=bound.tokens, upper=ub)
+            out = cpsat_backend.solve_cpsat(
+                model, time_limit_s=_remaining(deadline), progress=progress,
+                scale=bp.ms_per_unit, unit=" ms",
+                collect=lambda value: _read_cpsat_assignment(x, value))
+            if out.solution is not None and int(bp.loads(out.solution).max()) <= ub:
+                assign[:] = out.solution
+                ub = int(bp.loads(assign).max())
+            solver_bound = int(np.ceil((out.bound or 0) - 1e-6))
+            if out.ending == "optimal" or solver_bound >= ub:
+                bound.raise_to(ub, "cpsat", f"{ub} tokens (CP-SAT proved no assignment has "
+                                            f"makespan below {ub} tokens)")
+                return finish("optimal", proof=f"CP-SAT proved no assignment has makespan "
+                                               f"below {ub} tokens")
+            bound.raise_to(min(solver_bound, ub), "cpsat", f"CP-SAT bound {solver_bound} tokens")
+            if out.interrupted:
+                return finish("feasible", interrupted=True)
+    except KeyboardInterrupt:
+        return finish("feasible", interrupted=True)
+    return finish("feasible")
+
+
+def canonical_assignment(bp: BinPacking, assign: np.ndarray,
+                         max_steps: int = CANONICAL_STEPS) -> np.ndarray:
+    """An assignment with the makespan of ``assign`` that depends only on the loads: the first
+    packing bin completion finds at that makespan (at once in practice, since the makespan is
+    feasible), within a budget of search steps rather than seconds. Replays use it so that a
+    policy built on the bin packing gives the same schedule on every run and machine; when
+    the budget does not suffice, ``assign`` itself."""
+    makespan = int(bp.loads(assign).max())
+    decision = pcmax_search.fits(bp.weights, bp.bins, makespan, float("inf"), max_steps)
+    if decision.status != "feasible" or decision.assign is None:
+        return assign
+    return np.asarray(decision.assign, dtype=np.int64)
 
 
 def _read_cpsat_assignment(x: list[list[cp_model.IntVar]], value) -> np.ndarray:
@@ -430,29 +581,31 @@ def _read_pyomo_assignment(m: pyo.ConcreteModel, bp: BinPacking, value) -> np.nd
                      for i in range(bp.n)], dtype=np.int64)
 
 
-def _from_outcome(bp: BinPacking, out: Outcome, solver: str, lb: int, t0: float,
+def _from_outcome(bp: BinPacking, out: Outcome, solver: str, bound: _Bound, t0: float,
                   time_limit_s: float | None, name: str) -> Result:
+    solver_bound = int(np.ceil((out.bound or 0) - 1e-6))
+    bound.raise_to(solver_bound, solver, f"{name} dual bound = {solver_bound} tokens")
     if out.ending == "infeasible":  # cannot happen for J ≥ 1, reported rather than hidden
         return Result("binpacking", solver, "infeasible", None, None,
                       time.perf_counter() - t0, time_limit_s, out.solver_version)
     if out.solution is None:
         status = "error" if out.ending == "error" else "time_limit_no_solution"
-        bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
-        return Result("binpacking", solver, status, None, bp.to_ms(bound),
+        return Result("binpacking", solver, status, None, bp.to_ms(bound.tokens),
                       time.perf_counter() - t0, time_limit_s, out.solver_version,
-                      interrupted=out.interrupted, notes=[out.message] if out.message else [])
+                      interrupted=out.interrupted, notes=[out.message] if out.message else [],
+                      data={"lower_bound": {"name": bound.name, "tokens": bound.tokens}})
     ub = int(bp.loads(out.solution).max())
-    bound = max(lb, int(np.ceil((out.bound or 0) - 1e-6)))
-    if bound >= ub:
+    if bound.tokens >= ub:
+        bound.tokens = ub  # a dual bound above the incumbent cannot be: report the proven value
         proof = (f"{name} proved optimality" if out.ending == "optimal"
                  else f"{name} dual bound rounds up to the incumbent")
-        return _result(bp, "optimal", out.solution, ub, solver, out.solver_version, t0,
+        return _result(bp, "optimal", out.solution, bound, solver, out.solver_version, t0,
                        time_limit_s, proof=f"{proof}: makespan {ub} tokens")
     return _result(bp, "feasible", out.solution, bound, solver, out.solver_version, t0,
                    time_limit_s, interrupted=out.interrupted)
 
 
-def _result(bp: BinPacking, status: str, assign: np.ndarray, bound_units: int, solver: str,
+def _result(bp: BinPacking, status: str, assign: np.ndarray, bound: _Bound, solver: str,
             version: str, t0: float, time_limit_s: float | None, *, proof: str | None = None,
             interrupted: bool = False) -> Result:
     loads = bp.loads(assign)
@@ -461,7 +614,7 @@ def _result(bp: BinPacking, status: str, assign: np.ndarray, bound_units: int, s
         solver=solver,
         status=status,
         objective=bp.to_ms(loads.max()),
-        bound=bp.to_ms(bound_units),
+        bound=bp.to_ms(bound.tokens),
         runtime_s=time.perf_counter() - t0,
         time_limit_s=time_limit_s,
         solver_version=version,
@@ -471,5 +624,6 @@ def _result(bp: BinPacking, status: str, assign: np.ndarray, bound_units: int, s
             "t_round_ms": bp.ms_per_unit,
             "assignment": {rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
             "loads": [bp.to_ms(x) for x in loads],
+            "lower_bound": {"name": bound.name, "tokens": int(bound.tokens)},
         },
     )

@@ -1,7 +1,8 @@
 """Checks of offline bin-packing solutions (Pang et al. 2025, eqs 26–30), independent of the
 solvers: the assignment and loads are recomputed from the instance; a longest-first packing of
-the validator's own refutes any bound above it; the closed-form bounds a proof line names are
-recomputed; and instances of up to ``EXACT_MAX_REQUESTS`` requests are solved exactly by an
+the validator's own refutes any bound above it; the closed-form bounds that a proof line or the
+``lower_bound`` certificate names are recomputed (``pcmax_bounds``, written apart from the
+solver's); and instances of up to ``EXACT_MAX_REQUESTS`` requests are solved exactly by an
 exhaustive search of the validator's own.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 from llmopt.instance import Instance
 from llmopt.validate.claims import Evidence, Verdict, tolerance
 from llmopt.validate.fields import is_int, is_number
+from llmopt.validate.pcmax_bounds import recompute_bound
 
 EXACT_MAX_REQUESTS = 14
 EXACT_MAX_NODES = 300_000
@@ -31,9 +33,7 @@ def check_binpacking(instance: Instance, sol: dict[str, Any], verdict: Verdict) 
     clients = instance.system.clients * instance.system.instances
     ev.schedules.append(("the validator's longest-first packing",
                          longest_first_makespan(weights, clients) * t_round))
-    bounds = closed_form_bounds(weights, clients)
-    ev.bounds = {name: value * t_round for name, value in bounds.items()}
-    _check_named_bounds(sol, bounds, t_round, reasons, verdict.notes)
+    _check_named_bounds(sol, weights, clients, t_round, reasons, verdict.notes)
     if len(weights) <= EXACT_MAX_REQUESTS:
         best = exact_makespan(weights, clients, EXACT_MAX_NODES)
         if best is not None:
@@ -92,23 +92,6 @@ def _check_assignment(instance: Instance, sol: dict[str, Any], clients: int, t_r
 
 # ------------------------------------------------------------------------ bounds and search
 
-def closed_form_bounds(weights: list[int], machines: int) -> dict[str, int]:
-    """Lower bounds on the makespan (tokens): the average load rounded up, the largest
-    request, and the pigeonhole bound (of the k·J + 1 largest requests some client holds
-    k + 1, so it carries at least the k + 1 smallest of them)."""
-    w = sorted(weights, reverse=True)
-    out = {"ceil(sum/J)": -(-sum(w) // machines), "max": w[0]}
-    pigeon = 0
-    k = 1
-    while k * machines + 1 <= len(w):
-        group = w[: k * machines + 1]
-        pigeon = max(pigeon, sum(group[-(k + 1):]))
-        k += 1
-    if pigeon:
-        out["pigeonhole"] = pigeon
-    return out
-
-
 def longest_first_makespan(weights: list[int], machines: int) -> int:
     """Each request, longest first, onto the least-loaded client."""
     heap = [0] * machines
@@ -141,7 +124,7 @@ def exact_makespan(weights: list[int], machines: int, max_nodes: int) -> int | N
                 loads[j] -= items[k]
         return False
 
-    cap = max(closed_form_bounds(weights, machines).values())
+    cap = max(-(-sum(items) // machines), items[0])
     try:
         while not fits(cap, 0, [0] * machines):
             cap += 1
@@ -158,10 +141,10 @@ _NAMED_PART = re.compile(r"(ceil\(sum/J\)|[A-Za-z_]\w*)=(\d+)")
 _CLOSING = re.compile(r"= (\d+) tokens \((.+)\)\s*$")
 
 
-def _check_named_bounds(sol: dict[str, Any], bounds: dict[str, int], t_round: float,
+def _check_named_bounds(sol: dict[str, Any], weights: list[int], clients: int, t_round: float,
                         reasons: list[str], notes: list[str]) -> None:
-    """Every ``name=value`` (tokens) in the proof line and the ``lower_bound`` field is
-    recomputed; a claimed bound resting on a named bound must be that bound times t_round."""
+    """Every ``name=value`` (tokens) in the proof line and the ``lower_bound`` certificate is
+    recomputed; the certificate's bound times t_round must be the file's bound."""
     proof = sol.get("proof")
     named: dict[str, int] = {}
     if isinstance(proof, str):
@@ -180,14 +163,13 @@ def _check_named_bounds(sol: dict[str, Any], bounds: dict[str, int], t_round: fl
             return
         named[field["name"]] = field["tokens"]
         bound = sol.get("bound")
-        if is_number(bound) and bound > field["tokens"] * t_round + tolerance(bound) \
-                and sol.get("status") != "optimal":
-            reasons.append(f"bound {bound} is above the named lower bound {field['name']} = "
-                           f"{field['tokens']} tokens × {t_round} ms")
+        if is_number(bound) and abs(bound - field["tokens"] * t_round) > tolerance(bound):
+            reasons.append(f"bound {bound} is not lower_bound.tokens {field['tokens']} × "
+                           f"t_round {t_round}")
     for name, value in named.items():
-        if name in bounds:
-            if bounds[name] != value:
-                reasons.append(f"the proof names {name} = {value} tokens, but it is "
-                               f"{bounds[name]}")
-        else:
-            notes.append(f"bound {name} = {value} tokens named in the proof was not recomputed")
+        recomputed = recompute_bound(name, weights, clients)
+        if recomputed is None:
+            notes.append(f"bound {name} = {value} tokens named in the proof is a proof by "
+                         "search, not recomputed")
+        elif recomputed != value:
+            reasons.append(f"the proof names {name} = {value} tokens, but it is {recomputed}")

@@ -52,16 +52,28 @@ def deploy(instance: Instance, name: str, *, plan: Mapping[str, Any] | None = No
         return _deploy_plan(instance, plan, router)
     queue_of, timing, needs_assignment = _POLICIES[name]
     if needs_assignment:
-        progress.stage("offline assignment: bin packing (eqs 26–30)")
-        result = binpacking.solve(instance, "auto", binpacking_time_limit_s, progress)
-        mapping = result.data["assignment"]
-        client_of = {i: int(mapping[rid]) for i, rid in enumerate(instance.ids)}
+        client_of = offline_assignment(instance, binpacking_time_limit_s, progress)
         policies: list[IterationPolicy] = [
             StagePolicy(name, queue_of(_local(client_of, e, J)), timing)
             for e in range(replicas)]
         return Deployment(name, policies, router or ByAssignment(client_of, J))
     return Deployment(name, [StagePolicy(name, queue_of(None), timing)
                              for _ in range(replicas)], router or RoundRobin())
+
+
+def offline_assignment(instance: Instance, time_limit_s: float,
+                       progress: Progress = SILENT) -> dict[int, int]:
+    """The client of every request in the bin packing of eqs 26–30 (Algorithm 1's I_j). When
+    the optimum is proven, the packing is the canonical one at that makespan, so that the
+    replay is the same on every run whatever the machine's load."""
+    progress.stage("offline assignment: bin packing (eqs 26–30)")
+    result = binpacking.solve(instance, "auto", time_limit_s, progress)
+    mapping = result.data["assignment"]
+    assign = np.array([int(mapping[rid]) for rid in instance.ids], dtype=np.int64)
+    if result.status == "optimal":
+        assign = binpacking.canonical_assignment(binpacking.BinPacking.from_instance(instance),
+                                                 assign)
+    return {i: int(c) for i, c in enumerate(assign)}
 
 
 def _local(client_of: Mapping[int, int], replica: int, J: int) -> dict[int, int]:
