@@ -14,22 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
 
 
-def gsm8k_like(n: int, clients: int, seed: int, *, name: str, **system):
-    """n requests with the GSM8K statistics of Pang et al. 2025, Table III (input 68.43 ± 25.04,
-    output 344.83 ± 187.99 capped at 512 tokens), on ``clients`` of the LLaMA-65B profile."""
-    from llmopt.instance import instance_from_mapping
-
-    return instance_from_mapping({
-        "name": name, "model": "pang-llama65b-ascend8",
-        "system": {"clients": clients, **system},
-        "requests": {"generate": {
-            "count": n, "seed": seed,
-            "input": {"dist": "normal", "mean": 68.43, "std": 25.04, "min": 1},
-            "output": {"dist": "normal", "mean": 344.83, "std": 187.99, "min": 1, "max": 512},
-        }},
-    })
-
-
 def machine() -> str:
     cpu = platform.processor() or "unknown CPU"
     try:

@@ -16,8 +16,8 @@ import time
 import numpy as np
 from _common import command_line, gsm8k_like, header, update_section
 
-from llmopt.formulations import binpacking as bpk
-from llmopt.solve import solve
+from llmopt.problems.api import solve
+from llmopt.problems.pang import binpacking as bpk
 
 SIZES = [(1319, 200, "GSM8K-like"), (10_000, 200, "GSM8K-like lengths"), (100, 20, "paper's toy")]
 

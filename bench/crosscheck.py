@@ -1,5 +1,6 @@
-"""Differential cross-check on random small instances (``llmopt.crosscheck``): every problem,
-solver and policy that applies, each answer validated independently and held against the others.
+"""Differential cross-check on random small instances (``llmopt.experiments.crosscheck``): every
+problem, solver and policy that applies, each answer validated independently and held against the
+others.
 
 PD-competition instances (``random_pd_instance``, Pang profile, small KV capacities) get the
 bin packing (auto, CP-SAT, HiGHS), the five replay policies, and the PD-competition problem under
@@ -20,7 +21,7 @@ import time
 
 from _common import command_line, header, update_section
 
-from llmopt.crosscheck import cross_check, random_infermax_instance, random_pd_instance
+from llmopt.experiments.crosscheck import cross_check, random_infermax_instance, random_pd_instance
 
 
 def run(kind: str, count: int, seed0: int, limit: float, counts: collections.Counter,
@@ -64,7 +65,8 @@ def main() -> None:
     body = (
         "## Differential cross-check on random instances (issue 19)\n\n"
         + header(command_line())
-        + f"- Instances: {args.pd} PD-competition (`llmopt.crosscheck.random_pd_instance`, "
+        + f"- Instances: {args.pd} PD-competition "
+        "(`llmopt.experiments.crosscheck.random_pd_instance`, "
         f"seeds {args.seed}–{args.seed + args.pd - 1}: 2–12 requests, input 1–400 and output "
         "1–600 tokens, 1–5 clients, KV capacity between the largest request and twice that in "
         "80 %, largest prefill stage from the longest prompt to 1,200 tokens) and "

@@ -29,7 +29,7 @@ PAPER_S = {"vllm": "≈ 7K", "sarathi": "≈ 7K", "sarathi-pc": "≈ 7K", "evict
 def one(policy: str, repeat: int) -> dict:
     """Replay ``policy`` ``repeat`` times in this process; the best wall time and the peak RSS
     (with the baseline after loading the instance)."""
-    from llmopt.instance import load_instance
+    from llmopt.data.instance import load_instance
     from llmopt.policies.replay import replay
 
     inst = load_instance(INSTANCE)

@@ -14,11 +14,11 @@ import time
 
 from _common import ROOT, command_line, header, python_loop_s, update_section
 
-from llmopt import plot
-from llmopt.formulations import infermax_csp
-from llmopt.formulations.infermax_csp import replay_plan
-from llmopt.instance import instance_from_mapping
+from llmopt.data.instance import instance_from_mapping
 from llmopt.policies.replay import replay
+from llmopt.problems.infermax import csp as infermax_csp
+from llmopt.problems.infermax.csp import replay_plan
+from llmopt.report import plot
 
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
 POINTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

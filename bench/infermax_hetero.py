@@ -16,8 +16,8 @@ import time
 import pandas as pd
 from _common import ROOT, command_line, header, update_section
 
-from llmopt.formulations import infermax_csp
-from llmopt.instance import instance_from_mapping
+from llmopt.data.instance import instance_from_mapping
+from llmopt.problems.infermax import csp as infermax_csp
 
 
 def hetero_instance(n: int = 16):

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from _common import ROOT, command_line, header, update_section
 
-from llmopt.experiments import case_study_summary, pang_case_study
+from llmopt.experiments.case_study import case_study_summary, pang_case_study
 
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
 

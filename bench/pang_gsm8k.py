@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from _common import ROOT, command_line, header, update_section
 
-from llmopt import plot
-from llmopt.bounds import pang_bounds
-from llmopt.instance import load_instance
+from llmopt.data.instance import load_instance
 from llmopt.policies.replay import replay
+from llmopt.problems.pang.bounds import pang_bounds
+from llmopt.report import plot
 
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
 PAPER = {  # total inference time (s), utilization (%): section V.B–C, Figs 6–9

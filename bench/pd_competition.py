@@ -18,8 +18,8 @@ import time
 import _common
 from _common import ROOT, command_line, header, update_section
 
-from llmopt.instance import load_instance
-from llmopt.solve import solve
+from llmopt.data.instance import load_instance
+from llmopt.problems.api import solve
 
 
 def gsm8k_like(n: int, clients: int, seed: int):

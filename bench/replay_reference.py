@@ -17,11 +17,11 @@ import csv
 import time
 from pathlib import Path
 
+from llmopt.data.cost import InferMaxProfile, PangLinearProfile
+from llmopt.data.instance import load_instance
 from llmopt.errors import LlmoptError
-from llmopt.instance import load_instance
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.replay import replay
-from llmopt.profiles import InferMaxProfile, PangLinearProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 PD_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")

@@ -12,7 +12,7 @@ import time
 
 from _common import ROOT, command_line, header, update_section
 
-from llmopt.instance import load_instance
+from llmopt.data.instance import load_instance
 from llmopt.policies.replay import replay
 
 POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")

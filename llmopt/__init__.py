@@ -2,10 +2,10 @@
 
 __version__ = "0.1.0"
 
+from llmopt.data.instance import Instance, Request, System, load_instance
 from llmopt.errors import LlmoptError
-from llmopt.instance import Instance, Request, System, load_instance
+from llmopt.problems.api import solve
 from llmopt.result import Result, read_solution
-from llmopt.solve import solve
 
 __all__ = [
     "Instance",

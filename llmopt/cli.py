@@ -118,9 +118,9 @@ def solve(
 ) -> None:
     """Solve a problem on an instance; write the solution JSON (and a PNG) under
     OUT/<instance name>/<problem>-<solver>.*"""
-    from llmopt.instance import load_instance
-    from llmopt.solve import resolve_options
-    from llmopt.solve import solve as run_solve
+    from llmopt.data.instance import load_instance
+    from llmopt.problems.api import resolve_options
+    from llmopt.problems.api import solve as run_solve
 
     inst = load_instance(instance)
     problem, solver, time_limit = resolve_options(inst, problem, solver, time_limit)
@@ -154,7 +154,7 @@ def solve(
     path = result.write(base.with_suffix(".json"), inst)
     out.print(f"wrote {path}")
     if plot and (result.schedule is not None or result.data.get("assignment")):
-        from llmopt import plot as plots
+        from llmopt.report import plot as plots
 
         if result.schedule is not None:
             ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,
@@ -179,8 +179,9 @@ def bound(
     verbose: VerboseOpt = False,
 ) -> None:
     """Lower bounds on the total inference time, with their parts and validity."""
-    from llmopt.bounds import pang_bounds, pd_solver_bounds
-    from llmopt.instance import load_instance
+    from llmopt.data.instance import load_instance
+    from llmopt.problems.pang.bounds import pang_bounds
+    from llmopt.problems.pang.solver_bounds import pd_solver_bounds
     from llmopt.progress import SILENT
 
     inst = load_instance(instance)
@@ -225,7 +226,7 @@ def validate(
 ) -> None:
     """Check a solution against its instance with code independent of the solvers.
     Exit 0 when valid, 1 (with the reasons) when not."""
-    from llmopt.instance import load_instance
+    from llmopt.data.instance import load_instance
     from llmopt.result import read_solution
     from llmopt.validate import check_solution
 
@@ -290,7 +291,7 @@ def replay(
 ) -> None:
     """Replay policies (and solver plans) through the iteration-level engine; write one solution
     JSON (with segments and metrics) and one Gantt chart per policy."""
-    from llmopt.instance import load_instance
+    from llmopt.data.instance import load_instance
     from llmopt.policies.replay import replay_result
     from llmopt.result import read_solution
 
@@ -306,7 +307,7 @@ def replay(
         base = out_dir / inst.name / f"replay-{name}"
         written.append(result.write(base.with_suffix(".json"), inst))
         if plot:
-            from llmopt import plot as plots
+            from llmopt.report import plot as plots
 
             ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
                                     metrics=result.data["metrics"])
@@ -329,10 +330,10 @@ def compare(
 ) -> None:
     """Replay policies beside the best schedule llmopt finds and the lower bounds; write
     compare.md, compare.csv, compare.png."""
-    from llmopt import plot as plots
-    from llmopt._io import write_atomic
-    from llmopt.compare import compare as run_compare
-    from llmopt.instance import load_instance
+    from llmopt.data.instance import load_instance
+    from llmopt.files import write_atomic
+    from llmopt.report import plot as plots
+    from llmopt.report.compare import compare as run_compare
 
     inst = load_instance(instance)
     names = _policies(policy)
@@ -363,9 +364,9 @@ def gantt(
 ) -> None:
     """Draw a solution: a Gantt chart with KV memory for schedules, the per-client assignment
     for bin packing."""
-    from llmopt import plot as plots
+    from llmopt.data.instance import load_instance
     from llmopt.errors import SolutionFileError
-    from llmopt.instance import load_instance
+    from llmopt.report import plot as plots
     from llmopt.result import read_solution
     from llmopt.schedule import Schedule
 
@@ -407,8 +408,9 @@ def fit_profile(
     attention terms from a roofline estimate, the derivation written into the profile."""
     import yaml
 
-    from llmopt._io import write_atomic
-    from llmopt.profiles import infermax_profile_from_profiling, profile_from_mapping
+    from llmopt.data.cost import profile_from_mapping
+    from llmopt.data.cost.fit import infermax_profile_from_profiling
+    from llmopt.files import write_atomic
 
     data = infermax_profile_from_profiling(
         csv, name=name, layers=layers, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim,

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmopt._io import load_json_mapping, write_atomic
 from llmopt.errors import SolutionFileError
+from llmopt.files import load_json_mapping, write_atomic
 from llmopt.schedule import Schedule
 from llmopt.schedule.io import read_tables, sidecar_name, write_tables
 

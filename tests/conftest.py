@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from llmopt.instance import Instance, instance_from_mapping
+from llmopt.data.instance import Instance, instance_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ROOT / "instances" / "toy"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from llmopt.data.instance import load_instance
 from llmopt.errors import LlmoptError
-from llmopt.instance import load_instance
 
 GOOD_HEAD = """name: t
 model: pang-llama65b-ascend8

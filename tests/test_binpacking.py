@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import make_instance
-from llmopt.formulations.binpacking import (
+from llmopt.problems.api import solve
+from llmopt.problems.pang.binpacking import (
     BinPacking,
     best_two_way_split,
     canonical_labels,
@@ -20,7 +21,6 @@ from llmopt.formulations.binpacking import (
     load_lower_bound,
     lpt,
 )
-from llmopt.solve import solve
 from llmopt.validate import validate_solution
 
 T_ROUND = {1: 29.21, 2: 29.42, 3: 29.63}  # 29 + 0.21 J, the Pang profile's decode round
@@ -133,7 +133,7 @@ def test_canonical_labels_keep_the_loads_and_break_symmetry():
 def test_quickstart_needs_the_exact_solver_and_all_back_ends_agree():
     """The quickstart's optimum (847 tokens) lies above the simple lower bound (838 tokens): the
     heuristic alone cannot prove it, the exact back ends must."""
-    from llmopt.instance import load_instance
+    from llmopt.data.instance import load_instance
 
     inst = load_instance("instances/toy/quickstart.yaml")
     lb, _ = load_lower_bound(inst.output_tokens, 4)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import TOY
-from llmopt.instance import instance_from_mapping, load_instance
+from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.policies.registry import policy_names
 from llmopt.policies.replay import deployment, replay, replay_result
 from llmopt.policies.routing import LeastOutstandingTokens

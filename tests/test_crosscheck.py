@@ -1,7 +1,7 @@
 """Correctness across the board: the PD-competition memory regressions solve honestly, the
 models' memory accounting and the validator's (two implementations) agree on random plans, and
 on random small instances every problem, solver and policy gives a valid answer consistent with
-all the others (``llmopt.crosscheck``)."""
+all the others (``llmopt.experiments.crosscheck``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from llmopt.crosscheck import cross_check, random_infermax_instance, random_pd_instance
-from llmopt.formulations.pd_plan import PDProblem, earliest_plan, stage_schedule
-from llmopt.instance import load_instance
+from llmopt.data.instance import load_instance
+from llmopt.experiments.crosscheck import cross_check, random_infermax_instance, random_pd_instance
+from llmopt.problems.api import solve
+from llmopt.problems.pang.pd_plan import PDProblem, earliest_plan, stage_schedule
 from llmopt.result import Result
 from llmopt.sim.kv import reserved_peak
-from llmopt.solve import solve
 from llmopt.validate import check_solution
 from llmopt.validate.schedule import check_schedule
 
@@ -104,7 +104,7 @@ def test_cross_check_reports_an_invalid_answer():
     bad = Result(good.problem, good.solver, "optimal", good.objective - 1.0,
                  good.objective - 1.0, good.runtime_s, good.time_limit_s, good.solver_version,
                  data=good.data, proof=good.proof)
-    from llmopt.crosscheck import CrossCheck
+    from llmopt.experiments.crosscheck import CrossCheck
 
     check = CrossCheck()
     check.record(inst, "binpacking/broken", bad)

@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llmopt.formulations import infermax_csp
-from llmopt.instance import instance_from_mapping, load_instance
+from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.replay import deployment, replay, replay_result
+from llmopt.problems.infermax import csp as infermax_csp
+from llmopt.problems.infermax.data import CSPData
 from llmopt.sim.cluster import simulate
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.infermax_exact import optimum
@@ -112,7 +113,7 @@ TINY_OFFLINE = [
 def test_tiny_cases_cover_both_symmetry_breaks():
     bound = {}
     for requests, M, C in TINY_OFFLINE[-2:]:
-        data = infermax_csp.CSPData.from_instance(make([(i, o, 0.0) for i, o in requests], M, C))
+        data = CSPData.from_instance(make([(i, o, 0.0) for i, o in requests], M, C))
         assert data.interchangeable_pairs()
         bound[len(bound)] = data.batches_for_generation() > data.batches_for_memory()
     assert bound == {0: True, 1: False}
@@ -126,7 +127,7 @@ def test_generation_weight_cap_equals_enumeration(seed):
     n = int(rng.integers(1, 6))
     requests = [(int(rng.integers(1, 9)), int(rng.integers(1, 4)), 0.0) for _ in range(n)]
     M = int(rng.integers(max(i for i, _, _ in requests) + 2, 30))
-    data = infermax_csp.CSPData.from_instance(make(requests, M))
+    data = CSPData.from_instance(make(requests, M))
     best = 0
     for levels in itertools.product((0, 1, 2), repeat=n):
         if any(lv == 2 and o == 1 for lv, (_, o, _) in zip(levels, requests, strict=True)):
@@ -244,7 +245,7 @@ def test_fit_profile_builds_a_usable_profile(cli, tmp_path):
                  "--kv-heads", "32", "--kv-capacity", "100000", "--max-batch-tokens", "4096",
                  "--out", out)
     assert result.exit_code == 0, result.stderr
-    from llmopt.profiles import load_profile
+    from llmopt.data.cost import load_profile
 
     fitted = load_profile(str(out))
     shipped = load_profile(PROFILE)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, TOY
-from llmopt.instance import load_instance
-from llmopt.profiles import BilinearProfile, PangLinearProfile, load_profile
+from llmopt.data.cost import BilinearProfile, PangLinearProfile, load_profile
+from llmopt.data.instance import load_instance
 
 HEAD = "name: t\nmodel: pang-llama65b-ascend8\nsystem: {clients: 4}\n"
 

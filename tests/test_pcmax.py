@@ -14,9 +14,9 @@ from test_binpacking import brute_force_makespan, search_makespan
 
 from conftest import make_instance
 from llmopt.errors import OptionError
-from llmopt.formulations import pcmax_arcflow, pcmax_search
-from llmopt.formulations import pcmax_bounds as pb
-from llmopt.solve import solve
+from llmopt.problems.api import solve
+from llmopt.problems.pang import pcmax_arcflow, pcmax_search
+from llmopt.problems.pang import pcmax_bounds as pb
 from llmopt.validate import validate_solution
 from llmopt.validate.pcmax_bounds import recompute_bound
 

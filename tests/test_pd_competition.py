@@ -10,12 +10,12 @@ import json
 import numpy as np
 import pytest
 
-from llmopt.formulations.pd_grid import grid_plan
-from llmopt.formulations.pd_lns import improve_plan
-from llmopt.formulations.pd_plan import PDProblem, plan_from_schedule
-from llmopt.instance import instance_from_mapping, load_instance
+from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.policies.replay import replay
-from llmopt.solve import solve
+from llmopt.problems.api import solve
+from llmopt.problems.pang.pd_grid import grid_plan
+from llmopt.problems.pang.pd_lns import improve_plan
+from llmopt.problems.pang.pd_plan import PDProblem, plan_from_schedule
 from llmopt.validate import validate_solution
 from llmopt.validate.pd_exact import optimal_total
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import ROOT
-from llmopt.instance import load_instance
+from llmopt.data.instance import load_instance
 from llmopt.result import read_solution
 from llmopt.validate import validate_solution
 

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import TOY, make_instance
-from llmopt.bounds import pang_bounds
-from llmopt.instance import load_instance
+from llmopt.data.instance import load_instance
 from llmopt.policies.registry import policy_names
 from llmopt.policies.replay import replay, replay_result
-from llmopt.solve import solve
+from llmopt.problems.api import solve
+from llmopt.problems.pang.bounds import pang_bounds
 from llmopt.validate import validate_solution
 
 POLICIES = [p for p in policy_names("pang_linear") if p != "plan"]

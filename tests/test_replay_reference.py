@@ -10,7 +10,7 @@ import functools
 import pytest
 
 from conftest import ROOT
-from llmopt.instance import load_instance
+from llmopt.data.instance import load_instance
 from llmopt.policies.replay import replay
 
 TABLE = ROOT / "tests" / "data" / "replay_reference.csv"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import make_instance
-from llmopt.solve import solve
+from llmopt.problems.api import solve
 from llmopt.validate import validate_solution
 
 

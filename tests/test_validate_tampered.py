@@ -16,11 +16,11 @@ from collections.abc import Callable
 import pytest
 
 from conftest import make_instance
-from llmopt.formulations.pd_competition import heuristic_plans
-from llmopt.formulations.pd_plan import PDProblem, stage_schedule
-from llmopt.instance import instance_from_mapping
+from llmopt.data.instance import instance_from_mapping
 from llmopt.policies.replay import replay_result
-from llmopt.solve import solve
+from llmopt.problems.api import solve
+from llmopt.problems.pang.pd_competition import heuristic_plans
+from llmopt.problems.pang.pd_plan import PDProblem, stage_schedule
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.schedule import check_schedule, recomputed_metrics
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmopt import __version__
+from llmopt.data.instance import Instance
 from llmopt.errors import OptionError
-from llmopt.instance import Instance
 from llmopt.policies import infermax, pang
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.registry import POLICIES, ROUTERS

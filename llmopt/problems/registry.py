@@ -37,7 +37,7 @@ PROBLEMS: dict[str, ProblemInfo] = {
             "offline makespan bin packing of requests onto clients (P||Cmax), with proven "
             "lower bounds",
             ("auto", "highs", "cpsat", "heuristic"),
-            solve="llmopt.formulations.binpacking:solve"),
+            solve="llmopt.problems.pang.binpacking:solve"),
         ProblemInfo(
             "pd-competition", "pang_linear", PANG, "eqs 1–25 (section III), KV memory",
             "the prefill-decode competition schedule: which requests each prefill stage takes "
@@ -47,14 +47,14 @@ PROBLEMS: dict[str, ProblemInfo] = {
              "time_model": "stage (the MIP's) | replay (batch-dependent rounds)",
              "literal": "original: eq 13 as printed, no w ≤ d link",
              "cuts": "original: symmetry cuts and valid inequalities"},
-            solve="llmopt.formulations.pd_competition:solve"),
+            solve="llmopt.problems.pang.pd_competition:solve"),
         ProblemInfo(
             "infermax-csp", "infermax", "Kim et al. 2025 (InferMax)", "section 5",
             "optimal continuous batching: the batches (chunks, decodes, evictions) of least "
             "total latency under the InferMax cost model",
             ("auto", "cpsat", "highs"),
             {"bins": "number of batches N", "workers": "CP-SAT threads"},
-            solve="llmopt.formulations.infermax_csp:solve"),
+            solve="llmopt.problems.infermax.csp:solve"),
     ]
 }
 
@@ -62,9 +62,9 @@ BOUNDS: dict[str, BoundsInfo] = {
     b.family: b for b in [
         BoundsInfo("pang_linear", "eqs 31–32 (stage model), the replay model's rounds bound, "
                    "and the LP/CP-SAT bounds of the PD-competition models",
-                   "llmopt.bounds:pang_family_bounds"),
+                   "llmopt.problems.pang.solver_bounds:pang_family_bounds"),
         BoundsInfo("infermax", "the InferMax cost model's work bound, and the CSP's proven "
-                   "bound on small instances", "llmopt.formulations.infermax_bounds:"
+                   "bound on small instances", "llmopt.problems.infermax.bounds:"
                    "infermax_family_bounds"),
     ]
 }

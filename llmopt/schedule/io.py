@@ -17,8 +17,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmopt._io import write_atomic
 from llmopt.errors import SolutionFileError
+from llmopt.files import write_atomic
 from llmopt.schedule.schedule import ITERATION_COLUMNS, SEGMENT_COLUMNS
 
 _SEGMENT_INTS = ("client", "instance", "tokens")

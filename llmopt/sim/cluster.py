@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from llmopt.data.instance import Instance
 from llmopt.errors import InternalError
-from llmopt.instance import Instance
 from llmopt.policies.base import IterationPolicy, Router
 from llmopt.progress import SILENT, Progress
 from llmopt.schedule import Schedule

@@ -34,8 +34,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from llmopt.instance import Instance
-from llmopt.limits import resolve_limits
+from llmopt.data.instance import Instance
+from llmopt.data.limits import resolve_limits
 from llmopt.sim.batch import Batch
 from llmopt.sim.decode_stream import DecodeStream
 from llmopt.sim.recorder import Recorder

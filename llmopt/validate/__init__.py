@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llmopt.instance import Instance
+from llmopt.data.instance import Instance
 from llmopt.validate.binpacking import check_binpacking
 from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
 from llmopt.validate.infermax import check_infermax, check_replay

@@ -12,7 +12,7 @@ import heapq
 import re
 from typing import Any
 
-from llmopt.instance import Instance
+from llmopt.data.instance import Instance
 from llmopt.validate.claims import Evidence, Verdict, tolerance
 from llmopt.validate.fields import is_int, is_number
 from llmopt.validate.pcmax_bounds import recompute_bound

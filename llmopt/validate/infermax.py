@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmopt.instance import Instance
+from llmopt.data.instance import Instance
 from llmopt.validate.claims import Evidence, Verdict
 from llmopt.validate.fields import is_int, numbers_by_name
 from llmopt.validate.infermax_exact import BudgetExceeded, optimum, serial_total

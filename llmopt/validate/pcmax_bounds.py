@@ -2,7 +2,7 @@
 
 A binpacking solution names the closed-form bound that gives its reported bound
 (``data["lower_bound"] = {"name", "tokens"}``). This module recomputes that bound from the
-instance's integer loads with code written separately from ``llmopt.formulations.pcmax_bounds``
+instance's integer loads with code written separately from ``llmopt.problems.pang.pcmax_bounds``
 (plain Python loops, nothing imported from there), so a bug in the solver's bounds shows up as a
 disagreement. It is deliberately simple and slower (quadratic where the solver's code is not).
 

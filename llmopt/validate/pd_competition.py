@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llmopt.instance import Instance
+from llmopt.data.instance import Instance
 from llmopt.validate.claims import Evidence, Verdict, tolerance
 from llmopt.validate.fields import is_int, is_number, numbers_by_name
 from llmopt.validate.pd_exact import BudgetExceeded, greedy_total, optimal_total

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmopt.instance import Instance
+from llmopt.data.instance import Instance
 from llmopt.validate.fields import is_int, is_number
 
 EPS = 2e-3  # ms: solution files carry times to the microsecond

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llmopt.data.instance import Instance
 from llmopt.errors import SolutionFileError
-from llmopt.instance import Instance
 from llmopt.policies.base import Router
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.infermax.planned import PlannedBatches

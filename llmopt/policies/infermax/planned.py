@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from llmopt.data.instance import Instance
 from llmopt.errors import SolutionFileError
-from llmopt.instance import Instance
 from llmopt.policies.base import IterationPolicy
 from llmopt.sim.batch import Batch
 from llmopt.sim.replica import RUNNING, WAITING, Replica

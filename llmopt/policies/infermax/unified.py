@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 
+from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
-from llmopt.instance import Instance
 from llmopt.policies.base import IterationPolicy, Steady
 from llmopt.policies.infermax.configs import SchedulerConfig
 from llmopt.sim.batch import Batch

@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from llmopt.data.instance import Instance
+from llmopt.data.limits import resolve_limits
 from llmopt.errors import OptionError, SolutionFileError
-from llmopt.formulations import binpacking
-from llmopt.instance import Instance
-from llmopt.limits import resolve_limits
 from llmopt.policies.base import IterationPolicy, Router
 from llmopt.policies.pang.stages import (
     ClientQueues,
@@ -29,6 +28,7 @@ from llmopt.policies.pang.stages import (
     lagrangian,
 )
 from llmopt.policies.routing import ByAssignment, RoundRobin
+from llmopt.problems.pang import binpacking
 from llmopt.progress import SILENT, Progress
 from llmopt.sim.cluster import Deployment
 from llmopt.sim.kv import footprint

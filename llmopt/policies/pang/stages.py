@@ -51,10 +51,10 @@ from typing import Protocol
 
 import numpy as np
 
+from llmopt.data.cost import PangLinearProfile
+from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
-from llmopt.instance import Instance
 from llmopt.policies.base import IterationPolicy, Steady
-from llmopt.profiles import PangLinearProfile
 from llmopt.sim.batch import Batch
 from llmopt.sim.kv import footprint
 from llmopt.sim.replica import Replica

@@ -37,7 +37,7 @@ import numpy as np
 import pyomo.environ as pyo
 from ortools.sat.python import cp_model
 
-from llmopt.formulations.pd_plan import PDProblem, Plan, earliest_plan
+from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmopt.instance import Instance
+from llmopt.data.instance import Instance
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,10 @@ from ortools.sat.python import cp_model
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import Outcome
+from llmopt.data.cost import PangLinearProfile
+from llmopt.data.instance import Instance
 from llmopt.errors import ProfileError
-from llmopt.formulations import pcmax_arcflow, pcmax_bounds, pcmax_search
-from llmopt.instance import Instance
-from llmopt.profiles import PangLinearProfile
+from llmopt.problems.pang import pcmax_arcflow, pcmax_bounds, pcmax_search
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 

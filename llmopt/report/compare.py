@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from llmopt.bounds import Bound, pang_bounds
-from llmopt.instance import Instance
+from llmopt.data.instance import Instance
 from llmopt.policies.replay import replay_result
+from llmopt.problems.base import Bound
+from llmopt.problems.pang.bounds import pang_bounds
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 
@@ -64,8 +65,8 @@ def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
         progress.stage(f"replay {policy}")
         results[policy], _ = replay_result(instance, policy, progress=progress)
     if optimize:
-        from llmopt.bounds import pd_solver_bounds
-        from llmopt.formulations import pd_competition
+        from llmopt.problems.pang import pd_competition
+        from llmopt.problems.pang.solver_bounds import pd_solver_bounds
 
         bounds += pd_solver_bounds(instance, min(time_limit_s, 30.0), progress,
                                    time_models=(REPLAY_MODEL,))

@@ -39,7 +39,7 @@ import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.collections import ComponentMap
 
-from llmopt.formulations.pd_plan import PDProblem, Plan, earliest_plan
+from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 
 
 def build(problem: PDProblem, bins: int, literal: bool = False, cuts: bool = True,

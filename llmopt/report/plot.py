@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
-from llmopt._io import write_atomic
-from llmopt.instance import Instance
-from llmopt.limits import resolve_limits
+from llmopt.data.instance import Instance
+from llmopt.data.limits import resolve_limits
+from llmopt.files import write_atomic
 
 
 def _axes(ax: Axes | None, height_for: int) -> Axes:

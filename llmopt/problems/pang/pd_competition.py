@@ -34,17 +34,17 @@ import numpy as np
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
+from llmopt.data.instance import Instance
 from llmopt.errors import InternalError, OptionError
-from llmopt.formulations import pd_compact, pd_lns, pd_original
-from llmopt.formulations.pd_grid import best_grid_plan
-from llmopt.formulations.pd_plan import (
+from llmopt.problems.pang import pd_compact, pd_lns, pd_original
+from llmopt.problems.pang.pd_grid import best_grid_plan
+from llmopt.problems.pang.pd_plan import (
     TIME_MODELS,
     PDProblem,
     Plan,
     plan_from_schedule,
     stage_schedule,
 )
-from llmopt.instance import Instance
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 
@@ -73,7 +73,7 @@ def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
 def decode_lower_bound(instance: Instance, time_limit_s: float) -> int:
     """The bin-packing optimum (or its proven bound) in tokens: no schedule's decode axis is
     shorter, since each client's requests occupy disjoint intervals of it."""
-    from llmopt.formulations import binpacking
+    from llmopt.problems.pang import binpacking
 
     bp = binpacking.BinPacking.from_instance(instance)
     res = binpacking.solve(instance, "auto", min(time_limit_s, 30.0))
@@ -177,8 +177,8 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
             plans, K: int, k_max: int, formulation: str, backend: str, solver: str,
             time_model: str, literal: bool, t0: float, time_limit_s: float | None) -> Result:
     from llmopt import __version__
-    from llmopt.bounds import pd_bounds
     from llmopt.policies.replay import replay
+    from llmopt.problems.pang.bounds import pd_bounds
 
     plan = out.solution if out.solution is not None else best
     total = plan.total_ms(problem, time_model)

@@ -1,44 +1,38 @@
-"""Solver front end: ``solve(instance, problem=…, solver=…, time_limit_s=…) -> Result``."""
+"""Solver front end: ``solve(instance, problem=…, solver=…, time_limit_s=…) -> Result`` and
+``bounds(instance)``, both dispatched through the registry (``problems.registry``)."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import Any
 
+from llmopt.data.instance import Instance
 from llmopt.errors import OptionError
-from llmopt.instance import Instance
+from llmopt.plugins import load
+from llmopt.problems.base import Bound
+from llmopt.problems.registry import BOUNDS, PROBLEMS
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 
 DEFAULT_PROBLEM = "binpacking"
-DEFAULT_SOLVER = "auto"
 DEFAULT_TIME_LIMIT_S = 60.0
 # problems whose solve() answers a time limit of 0 with its heuristic and bound at once
 ZERO_TIME_LIMIT_PROBLEMS = ("binpacking",)
-
-
-def _problems() -> dict:
-    # the formulations (Pyomo, OR-Tools, HiGHS) load on first use, not with every replay
-    from llmopt.formulations import PROBLEMS
-
-    return PROBLEMS
 
 
 def resolve_options(instance: Instance, problem: str | None, solver: str | None,
                     time_limit_s: float | None) -> tuple[str, str, float | None]:
     """Command-line values win over the instance's ``solve:`` defaults, which win over ours."""
     problem = problem or instance.solve.problem or DEFAULT_PROBLEM
-    solver = solver or instance.solve.solver or DEFAULT_SOLVER
-    if time_limit_s is None:
-        time_limit_s = instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
     field_of = "solve.problem" if instance.solve.problem == problem else "--problem"
-    problems = _problems()
-    if problem not in problems:
-        raise OptionError(f"unknown problem (known: {', '.join(problems)})",
+    if problem not in PROBLEMS:
+        raise OptionError(f"unknown problem (known: {', '.join(PROBLEMS)})",
                           file=instance.label() if field_of.startswith("solve") else None,
                           field=field_of, value=problem)
-    solvers = problems[problem].SOLVERS
+    solvers = PROBLEMS[problem].solvers
+    solver = solver or instance.solve.solver or solvers[0]
+    if time_limit_s is None:
+        time_limit_s = instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
     if solver not in solvers:
         from_file = instance.solve.solver == solver
         raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
@@ -56,18 +50,31 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
           **options: Any) -> Result:
     """Solve ``problem`` on ``instance``; the result keeps the incumbent and the best bound even
     when the time limit is hit or the run is interrupted. ``options`` are the problem's own
-    (pd-competition: formulation, bins, literal, time_model)."""
+    (``PROBLEMS[problem].options``; pd-competition: formulation, bins, literal, time_model)."""
     problem, solver, time_limit_s = resolve_options(instance, problem, solver, time_limit_s)
-    formulation = _problems()[problem]
-    accepted = set(inspect.signature(formulation.solve).parameters)
-    unknown = sorted(k for k, v in options.items() if v is not None and k not in accepted)
+    info = PROBLEMS[problem]
+    unknown = sorted(k for k, v in options.items() if v is not None and k not in info.options)
     if unknown:
-        raise OptionError(f"not an option of problem {problem}", field=f"--{unknown[0]}",
-                          value=options[unknown[0]])
+        raise OptionError(f"not an option of problem {problem}",
+                          field=f"--{unknown[0].replace('_', '-')}", value=options[unknown[0]])
     given = {k: v for k, v in options.items() if v is not None}
     logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
     try:
-        return formulation.solve(instance, solver=solver, time_limit_s=time_limit_s,
-                                 progress=progress, **given)
+        result: Result = load(info.solve)(instance, solver=solver, time_limit_s=time_limit_s,
+                                          progress=progress, **given)
+        return result
     finally:
         progress.done()
+
+
+def bounds(instance: Instance, time_limit_s: float | None = None, progress: Progress = SILENT,
+           solver_bounds: bool = True) -> list[Bound]:
+    """The lower bounds of the instance's cost-profile family, each saying the time model it
+    holds under."""
+    family = instance.profile.family
+    if family not in BOUNDS:
+        raise OptionError(f"no bounds for profile family {family!r} (bounds exist for "
+                          f"{', '.join(BOUNDS)})", field="model", value=instance.profile.name)
+    limit = time_limit_s or instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
+    found: list[Bound] = load(BOUNDS[family].bounds)(instance, limit, progress, solver_bounds)
+    return found

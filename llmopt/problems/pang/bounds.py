@@ -12,31 +12,12 @@ proven bound is used instead, so that T_LB stays a lower bound.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
+from llmopt.data.cost import PangLinearProfile
+from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
-from llmopt.formulations.binpacking import solve as solve_binpacking
-from llmopt.instance import Instance
-from llmopt.profiles import PangLinearProfile
+from llmopt.problems.base import Bound
+from llmopt.problems.pang.binpacking import solve as solve_binpacking
 from llmopt.progress import SILENT, Progress
-
-
-@dataclass
-class Bound:
-    """One lower bound on total inference time (ms) with its parts."""
-
-    name: str
-    value_ms: float
-    equation: str
-    valid_under: str
-    why: str
-    time_model: str
-    parts: dict[str, float] = field(default_factory=dict)
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def largest_prefill_level(instance: Instance) -> tuple[int, float]:
@@ -146,70 +127,3 @@ def pd_bounds(instance: Instance, time_model: str, time_limit_s: float = 30.0) -
     # the closed-form bounds only; pd_solver_bounds adds the solver-based ones
     """The bounds that hold under ``time_model`` ("stage" or "replay") for every schedule."""
     return [b for b in pang_bounds(instance, time_limit_s) if b.time_model == time_model]
-
-
-def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
-                     progress: Progress = SILENT, size_limit: int = 400_000,
-                     time_models: tuple[str, ...] = ("stage", "replay")) -> list[Bound]:
-    """Bounds from the PD-competition models, valid because they use K ≥ K_max bins (no
-    schedule better than the best heuristic has more prefill stages):
-
-    - the LP relaxation of the original MIP (eqs 1–25), stage model;
-    - CP-SAT's proven bound on the compact model, under the stage and the replay model.
-
-    Models with more than ``size_limit`` request × client × bin triples (LP) or request × bin
-    pairs (CP-SAT, a twentieth of it) are skipped; only ``time_models`` are bounded."""
-    import pyomo.environ as pyo
-
-    from llmopt.backends.cpsat import solve_cpsat
-    from llmopt.backends.highs import solve_highs
-    from llmopt.formulations import pd_compact, pd_competition, pd_original
-    from llmopt.formulations.pd_plan import PDProblem
-
-    problem = PDProblem.from_instance(instance)
-    d_lb = pd_competition.decode_lower_bound(instance, time_limit_s)
-    out: list[Bound] = []
-    for model in time_models:
-        plans = pd_competition.heuristic_plans(instance, problem, model, 5.0)
-        upper = plans[0][0]
-        k_max = pd_competition.max_useful_bins(problem, model, upper, d_lb)
-        if model == "stage" and problem.n * problem.clients * k_max <= size_limit:
-            progress.stage(f"LP relaxation of eqs 1–25 with K = {k_max}")
-            m = pd_original.build(problem, k_max, cuts=False)
-            pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
-            res = solve_highs(m, time_limit_s=time_limit_s)
-            if res.ending == "optimal" and res.objective is not None:
-                out.append(Bound(
-                    name="mip_lp_relaxation", value_ms=round(res.objective, 6),
-                    equation="LP relaxation of eqs 1–25", time_model="stage",
-                    valid_under="stage model, any prefill levels",
-                    why=f"relaxes the original MIP with K = {k_max} ≥ K_max bins",
-                    detail={"bins": k_max}))
-        if problem.n * k_max <= size_limit // 20:
-            progress.stage(f"compact CP-SAT bound, {model} model, K = {k_max}")
-            md, var = pd_compact.build_cpsat(problem, k_max, model, hint=None,
-                                             min_decode_end=d_lb,
-                                             horizon=pd_compact.decode_horizon(problem, upper,
-                                                                               model))
-            res = solve_cpsat(md, time_limit_s=time_limit_s)
-            if res.bound is not None:
-                value = res.bound / var["weights"].scale + problem.objective_offset_ms(model)
-                out.append(Bound(
-                    name=f"compact_cpsat_{model}", value_ms=round(min(value, upper), 6),
-                    equation="CP-SAT best bound of the compact model",
-                    time_model=model,
-                    valid_under=("stage model, any prefill levels" if model == "stage"
-                                 else "replay model, PD competition, batch-dependent rounds"),
-                    why=f"proven by CP-SAT ({res.message}) with K = {k_max} ≥ K_max bins",
-                    detail={"bins": k_max, "status": res.message}))
-    return out
-
-
-def pang_family_bounds(instance: Instance, time_limit_s: float | None = 60.0,
-                       progress: Progress = SILENT, solver_bounds: bool = True) -> list[Bound]:
-    """Every bound of the Pang family: eqs 31–32 and the replay rounds bound, and (with
-    ``solver_bounds``) the LP/CP-SAT bounds of the PD-competition models on small instances."""
-    bounds = pang_bounds(instance, time_limit_s, progress)
-    if solver_bounds:
-        bounds += pd_solver_bounds(instance, min(time_limit_s or 30.0, 30.0), progress)
-    return bounds

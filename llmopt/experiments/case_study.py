@@ -2,36 +2,44 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from llmopt._io import load_yaml_mapping
-from llmopt.instance import Instance, instance_from_mapping
+from llmopt.data.instance import Instance, instance_from_mapping
 from llmopt.policies.replay import replay
 from llmopt.progress import SILENT, Progress
 
-GSM8K = Path(__file__).resolve().parent.parent / "instances" / "paper" / "gsm8k-llama65b.yaml"
+GSM8K_SYSTEM = {"clients": 200, "kv_capacity": 131072, "max_batch_tokens": 4096,
+                "max_prefill_tokens": 4096, "instances": 1}
 
 
-def with_seed(path: Path, seed: int) -> Instance:
-    """The instance at ``path`` (a generated one) with another generator seed."""
-    data: dict[str, Any] = load_yaml_mapping(path, "instance file")
-    data["requests"]["generate"]["seed"] = seed
-    data["name"] = f"{data.get('name', path.stem)}-seed{seed}"
-    return instance_from_mapping(data, file=path)
+def gsm8k_like(n: int = 1319, clients: int = 200, seed: int = 7, *, name: str | None = None,
+               **system: Any) -> Instance:
+    """n requests with the GSM8K statistics of Pang et al. 2025, Table III (input 68.43 ± 25.04,
+    output 344.83 ± 187.99 capped at 512 tokens) on LLaMA-65B (``pang-llama65b-ascend8``); with
+    the defaults, ``instances/paper/gsm8k-llama65b.yaml``'s workload. ``system`` overrides the
+    paper's system (1024 × 128 KV tokens, 4096-token stages)."""
+    return instance_from_mapping({
+        "name": name or f"gsm8k-{n}x{clients}-seed{seed}", "model": "pang-llama65b-ascend8",
+        "system": {**GSM8K_SYSTEM, "clients": clients, **system},
+        "requests": {"generate": {
+            "count": n, "seed": seed,
+            "input": {"dist": "normal", "mean": 68.43, "std": 25.04, "min": 1},
+            "output": {"dist": "normal", "mean": 344.83, "std": 187.99, "min": 1, "max": 512},
+        }},
+    })
 
 
 def pang_case_study(cases: int = 100, first_seed: int = 1000,
                     policies: tuple[str, ...] = ("baseline", "hybrid"),
-                    base: Path = GSM8K, progress: Progress = SILENT) -> pd.DataFrame:
+                    progress: Progress = SILENT) -> pd.DataFrame:
     """Pang et al. 2025, Figs 10–11: random cases with the GSM8K statistics of Table III,
     replayed under each policy; one row per case and policy with utilization and generation
     speed (output tokens per second)."""
     rows = []
     for k in range(cases):
-        inst = with_seed(base, first_seed + k)
+        inst = gsm8k_like(seed=first_seed + k)
         progress.stage(f"case {k + 1}/{cases}")
         for policy in policies:
             m = replay(inst, policy).metrics()

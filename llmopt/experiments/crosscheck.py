@@ -18,15 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from llmopt.bounds import Bound, pd_bounds
+from llmopt.data.cost import InferMaxProfile, PangLinearProfile
+from llmopt.data.instance import Instance, instance_from_mapping
 from llmopt.errors import LlmoptError
-from llmopt.formulations.infermax_bounds import infermax_bounds
-from llmopt.instance import Instance, instance_from_mapping
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.replay import replay_result
-from llmopt.profiles import InferMaxProfile, PangLinearProfile
+from llmopt.problems.api import solve
+from llmopt.problems.base import Bound
+from llmopt.problems.infermax.bounds import infermax_bounds
+from llmopt.problems.pang.bounds import pd_bounds
 from llmopt.result import Result
-from llmopt.solve import solve
 from llmopt.validate import check_solution
 
 PD_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")

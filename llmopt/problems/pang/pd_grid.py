@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from llmopt.formulations.pd_plan import PDProblem, Plan, earliest_plan
+from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 
 
 def effective_loads(R: np.ndarray, waste: np.ndarray, assign: np.ndarray, bins: int

@@ -23,10 +23,10 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictInt
 
-from llmopt._io import load_yaml_mapping, sha256_of, validated
+from llmopt.data.cost import CostProfile, load_profile
+from llmopt.data.traces import read_trace
 from llmopt.errors import InstanceError, LlmoptError
-from llmopt.profiles import CostProfile, load_profile
-from llmopt.traces import read_trace
+from llmopt.files import load_yaml_mapping, sha256_of, validated
 
 TokenCount = Annotated[StrictInt, Field(ge=1)]
 

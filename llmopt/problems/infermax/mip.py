@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyomo.environ as pyo
 
-from llmopt.formulations.infermax_csp import CSPData, plan_from_values, trajectories
+from llmopt.problems.infermax.data import CSPData, plan_from_values, trajectories
 
 
 def build(data: CSPData, N: int) -> pyo.ConcreteModel:

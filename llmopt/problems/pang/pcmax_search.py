@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmopt.formulations.pcmax_bounds import l2_bins, pigeonhole
+from llmopt.problems.pang.pcmax_bounds import l2_bins, pigeonhole
 
 MAX_COMPLETIONS = 5000  # completions generated per bin; beyond, the node is not exhausted
 MAX_NOGOODS = 200_000

@@ -23,12 +23,12 @@ import math
 
 import numpy as np
 
-from llmopt.bounds import Bound
+from llmopt.data.cost import InferMaxProfile
+from llmopt.data.instance import Instance
+from llmopt.data.limits import resolve_limits
 from llmopt.errors import InstanceError
-from llmopt.formulations.infermax_csp import solve as solve_csp
-from llmopt.instance import Instance
-from llmopt.limits import resolve_limits
-from llmopt.profiles import InferMaxProfile
+from llmopt.problems.base import Bound
+from llmopt.problems.infermax.csp import solve as solve_csp
 from llmopt.progress import SILENT, Progress
 
 VALID_UNDER = "InferMax cost model, any scheduler with these M and C"

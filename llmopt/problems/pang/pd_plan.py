@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmopt.data.cost import PangLinearProfile, prefill_levels
+from llmopt.data.instance import Instance
+from llmopt.data.limits import resolve_limits
 from llmopt.errors import InstanceError
-from llmopt.instance import Instance
-from llmopt.limits import resolve_limits
-from llmopt.profiles import PangLinearProfile, prefill_levels
 from llmopt.schedule import ITERATION_COLUMNS, Schedule
 from llmopt.sim.kv import ReservationLedger, footprint, reserved_peak
 
@@ -51,7 +51,7 @@ class PDProblem:
 
     @classmethod
     def from_instance(cls, instance: Instance, level_step: int | None = None) -> PDProblem:
-        from llmopt.bounds import largest_prefill_level
+        from llmopt.problems.pang.bounds import largest_prefill_level
 
         profile = instance.profile
         if not isinstance(profile, PangLinearProfile):

@@ -15,8 +15,8 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from llmopt.formulations.pd_compact import Weights
-from llmopt.formulations.pd_plan import PDProblem, Plan, earliest_plan
+from llmopt.problems.pang.pd_compact import Weights
+from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 from llmopt.progress import SILENT, Progress
 
 

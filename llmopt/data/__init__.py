@@ -1,0 +1,1 @@
+"""Instances (requests, system, limits), traces and cost profiles."""

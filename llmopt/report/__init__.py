@@ -1,0 +1,1 @@
+"""Comparisons of schedules and bounds, and plots (functions take ``ax=``)."""
