@@ -78,6 +78,14 @@ ROUTERS: dict[str, RouterInfo] = {
 }
 
 
+# what ``llmopt replay`` and ``llmopt compare`` run when no --policy is given
+DEFAULT_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
+    "pang_linear": {"replay": ("baseline", "offline", "online", "hybrid"),
+                    "compare": ("baseline", "offline", "online", "iteration", "hybrid")},
+    "infermax": {"replay": tuple(SCHEDULERS), "compare": tuple(SCHEDULERS)},
+}
+
+
 def policy_names(family: str | None = None) -> list[str]:
     """Policy names, those for profile ``family`` (and ``plan``) when given."""
     return [name for name, info in POLICIES.items()

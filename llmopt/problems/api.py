@@ -10,7 +10,7 @@ from llmopt.data.instance import Instance
 from llmopt.errors import OptionError
 from llmopt.plugins import load
 from llmopt.problems.base import Bound
-from llmopt.problems.registry import BOUNDS, PROBLEMS
+from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 
@@ -71,10 +71,15 @@ def bounds(instance: Instance, time_limit_s: float | None = None, progress: Prog
            solver_bounds: bool = True) -> list[Bound]:
     """The lower bounds of the instance's cost-profile family, each saying the time model it
     holds under."""
-    family = instance.profile.family
-    if family not in BOUNDS:
-        raise OptionError(f"no bounds for profile family {family!r} (bounds exist for "
-                          f"{', '.join(BOUNDS)})", field="model", value=instance.profile.name)
     limit = time_limit_s or instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
-    found: list[Bound] = load(BOUNDS[family].bounds)(instance, limit, progress, solver_bounds)
+    found: list[Bound] = load(family_of(instance).bounds)(instance, limit, progress,
+                                                          solver_bounds)
     return found
+
+
+def family_of(instance: Instance) -> FamilyInfo:
+    family = instance.profile.family
+    if family not in FAMILIES:
+        raise OptionError(f"no bounds or exact problem for profile family {family!r} (known: "
+                          f"{', '.join(FAMILIES)})", field="model", value=instance.profile.name)
+    return FAMILIES[family]

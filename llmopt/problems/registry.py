@@ -21,11 +21,19 @@ class ProblemInfo:
 
 
 @dataclass(frozen=True)
-class BoundsInfo:
+class FamilyInfo:
+    """What holds for every instance of a cost-profile family: its lower bounds, the time model
+    its replays are timed by, and the exact problem that optimizes what the replays measure
+    (run by ``llmopt compare`` up to ``exact_max_requests`` requests)."""
+
     family: str
-    summary: str
+    summary: str                  # of its bounds
     bounds: str                   # "module:function" (instance, time_limit_s, progress,
     #                               solver_bounds) -> list[Bound]
+    replay_time_model: str
+    exact: str
+    exact_options: dict[str, str] = field(default_factory=dict)
+    exact_max_requests: int | None = None
 
 
 PANG = "Pang et al. 2025"
@@ -58,14 +66,17 @@ PROBLEMS: dict[str, ProblemInfo] = {
     ]
 }
 
-BOUNDS: dict[str, BoundsInfo] = {
-    b.family: b for b in [
-        BoundsInfo("pang_linear", "eqs 31–32 (stage model), the replay model's rounds bound, "
+FAMILIES: dict[str, FamilyInfo] = {
+    f.family: f for f in [
+        FamilyInfo("pang_linear", "eqs 31–32 (stage model), the replay model's rounds bound, "
                    "and the LP/CP-SAT bounds of the PD-competition models",
-                   "llmopt.problems.pang.solver_bounds:pang_family_bounds"),
-        BoundsInfo("infermax", "the InferMax cost model's work bound, and the CSP's proven "
-                   "bound on small instances", "llmopt.problems.infermax.bounds:"
-                   "infermax_family_bounds"),
+                   "llmopt.problems.pang.solver_bounds:pang_family_bounds",
+                   replay_time_model="replay", exact="pd-competition",
+                   exact_options={"time_model": "replay"}),
+        FamilyInfo("infermax", "the InferMax cost model's work bound, and the CSP's proven "
+                   "bound on small instances",
+                   "llmopt.problems.infermax.bounds:infermax_family_bounds",
+                   replay_time_model="infermax", exact="infermax-csp", exact_max_requests=12),
     ]
 }
 

@@ -8,18 +8,18 @@ but not used for gaps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from llmopt.data.instance import Instance
+from llmopt.errors import LlmoptError
 from llmopt.policies.replay import replay_result
+from llmopt.problems.api import bounds as family_bounds
+from llmopt.problems.api import family_of, solve
 from llmopt.problems.base import Bound
-from llmopt.problems.pang.bounds import pang_bounds
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
-
-REPLAY_MODEL = "replay"
 
 
 @dataclass
@@ -27,10 +27,12 @@ class Comparison:
     table: pd.DataFrame
     bounds: list[Bound]
     results: dict[str, Result]
+    time_model: str  # the replays' time model: only bounds valid under it measure gaps
+    notes: list[str] = field(default_factory=list)
 
     @property
     def best_bound(self) -> Bound | None:
-        valid = [b for b in self.bounds if b.time_model == REPLAY_MODEL]
+        valid = [b for b in self.bounds if b.time_model == self.time_model]
         return max(valid, key=lambda b: b.value_ms) if valid else None
 
     def markdown(self) -> str:
@@ -50,31 +52,41 @@ class Comparison:
             lines.append(f"| {b.name} | {b.value_ms / 1000:.2f} | {b.valid_under} |")
         best = self.best_bound
         if best is not None:
-            lines.append(f"| **best for the replay** | **{best.value_ms / 1000:.2f}** | "
-                         f"{best.name} |")
+            lines.append(f"| **best for the replays ({self.time_model} model)** | "
+                         f"**{best.value_ms / 1000:.2f}** | {best.name} |")
+        lines += [f"\nNote: {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
 
 def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
             progress: Progress = SILENT, optimize: bool = True) -> Comparison:
-    """Replay ``policies``; with ``optimize``, also solve the PD-competition problem under the
-    replay's time model (``pd-competition`` row) and add the solver-based bounds."""
-    bounds = pang_bounds(instance, time_limit_s, progress)
+    """Replay ``policies`` beside the lower bounds of the instance's family; with
+    ``optimize``, also the family's exact problem under the replays' time model (a row of its
+    own, e.g. ``pd-competition`` with the replay time model, or ``infermax-csp`` on small
+    instances) and the solver-based bounds."""
+    family = family_of(instance)
+    bounds = family_bounds(instance, time_limit_s, progress, solver_bounds=optimize)
     results: dict[str, Result] = {}
     for policy in policies:
         progress.stage(f"replay {policy}")
         results[policy], _ = replay_result(instance, policy, progress=progress)
-    if optimize:
-        from llmopt.problems.pang import pd_competition
-        from llmopt.problems.pang.solver_bounds import pd_solver_bounds
-
-        bounds += pd_solver_bounds(instance, min(time_limit_s, 30.0), progress,
-                                   time_models=(REPLAY_MODEL,))
-        results["pd-competition"] = pd_competition.solve(
-            instance, "auto", time_limit_s, progress, time_model=REPLAY_MODEL)
-    valid = [b.value_ms for b in bounds if b.time_model == REPLAY_MODEL]
-    if optimize and results["pd-competition"].bound is not None:
-        valid.append(results["pd-competition"].bound)
+    small = (family.exact_max_requests is None
+             or instance.num_requests <= family.exact_max_requests)
+    notes: list[str] = []
+    if optimize and small:
+        progress.stage(f"{family.exact} under the replays' time model")
+        try:
+            results[family.exact] = solve(instance, family.exact, None, time_limit_s,
+                                          progress, **family.exact_options)
+        except LlmoptError as exc:
+            notes.append(f"{family.exact} not solved: {exc}")
+    elif optimize:
+        notes.append(f"{family.exact} not solved: {instance.num_requests} requests, more "
+                     f"than the {family.exact_max_requests} it is run on")
+    valid = [b.value_ms for b in bounds if b.time_model == family.replay_time_model]
+    exact = results.get(family.exact)
+    if exact is not None and exact.bound is not None:
+        valid.append(exact.bound)
     best = max(valid) if valid else None
     rows = []
     for policy, result in results.items():
@@ -86,4 +98,4 @@ def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
                                  "e2e_mean_ms")},
             "gap_to_bound": (m["makespan_ms"] - best) / m["makespan_ms"] if best else None,
         })
-    return Comparison(pd.DataFrame(rows), bounds, results)
+    return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes)

@@ -1,0 +1,60 @@
+"""``llmopt compare``: policies beside the best schedule llmopt finds and the lower bounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmopt.cli.common import (
+    InstanceArg,
+    OutOpt,
+    TimeLimitOpt,
+    VerboseOpt,
+    command,
+    out,
+    policy_help,
+    progress,
+)
+from llmopt.cli.replay import parse_policies
+from llmopt.data.instance import load_instance
+from llmopt.files import write_atomic
+from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
+from llmopt.report import plot as plots
+from llmopt.report.compare import compare as run_compare
+
+
+@command
+def compare(
+    instance: InstanceArg,
+    policy: Annotated[str | None, typer.Option("--policy", "--policies",
+                                               help=policy_help())] = None,
+    time_limit: TimeLimitOpt = None,
+    optimize: Annotated[bool, typer.Option(
+        help="Also solve the family's exact problem under the replays' time model "
+        "(pd-competition with batch-dependent rounds; the InferMax CSP on small instances) "
+        "and the solvers' bounds.")] = True,
+    out_dir: OutOpt = Path("solutions"),
+    verbose: VerboseOpt = False,
+) -> None:
+    """Replay policies beside the best schedule llmopt finds and the lower bounds; write
+    compare.md, compare.csv, compare.png. Default policies: the paper's of the instance's
+    family."""
+    inst = load_instance(instance)
+    names = parse_policies(policy, inst.profile.family, "compare")
+    shown = progress(verbose)
+    comp = run_compare(inst, names, time_limit or inst.solve.time_limit_s or DEFAULT_TIME_LIMIT_S,
+                       shown, optimize=optimize)
+    shown.done()
+    folder = out_dir / inst.name
+    md = comp.markdown()
+    write_atomic(folder / "compare.md", f"# {inst.name}: schedules compared\n\n{md}")
+    write_atomic(folder / "compare.csv", comp.table.to_csv(index=False))
+    best = comp.best_bound
+    ax = plots.plot_comparison(comp.table, best.value_ms if best else None,
+                               title=f"{inst.name}: total inference time by schedule")
+    plots.save(ax, folder / "compare.png")
+    out.print(md)
+    for name in ("compare.md", "compare.csv", "compare.png"):
+        out.print(f"wrote {folder / name}")
