@@ -36,24 +36,28 @@ class Comparison:
         return max(valid, key=lambda b: b.value_ms) if valid else None
 
     def markdown(self) -> str:
-        cols = ["schedule", "total time (s)", "utilization", "tokens/s", "TTFT p50 (s)",
-                "TPOT p50 (ms)", "E2E p50 (s)", "gap to bound"]
+        """The table and the bounds in markdown; times in seconds, or in ms when every schedule
+        takes under 10 s."""
+        scale, unit = ((1000.0, "s") if self.table["makespan_ms"].max() >= 10_000
+                       else (1.0, "ms"))
+        cols = ["schedule", f"total time ({unit})", "utilization", "tokens/s",
+                f"TTFT p50 ({unit})", "TPOT p50 (ms)", f"E2E p50 ({unit})", "gap to bound"]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for row in self.table.itertuples(index=False):
             gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
             lines.append(
-                f"| {row.schedule} | {row.makespan_ms / 1000:.2f} | {row.utilization:.2%} | "
-                f"{row.tokens_per_s:.1f} | {row.ttft_p50_ms / 1000:.2f} | "
-                f"{row.tpot_p50_ms:.1f} | {row.e2e_p50_ms / 1000:.2f} | {gap} |")
+                f"| {row.schedule} | {row.makespan_ms / scale:,.2f} | {row.utilization:.2%} | "
+                f"{row.tokens_per_s:.1f} | {row.ttft_p50_ms / scale:,.2f} | "
+                f"{row.tpot_p50_ms:.1f} | {row.e2e_p50_ms / scale:,.2f} | {gap} |")
         lines.append("")
-        lines.append("| lower bound | total time (s) | valid under |")
+        lines.append(f"| lower bound | total time ({unit}) | valid under |")
         lines.append("|---|---|---|")
         for b in self.bounds:
-            lines.append(f"| {b.name} | {b.value_ms / 1000:.2f} | {b.valid_under} |")
+            lines.append(f"| {b.name} | {b.value_ms / scale:,.2f} | {b.valid_under} |")
         best = self.best_bound
         if best is not None:
             lines.append(f"| **best for the replays ({self.time_model} model)** | "
-                         f"**{best.value_ms / 1000:.2f}** | {best.name} |")
+                         f"**{best.value_ms / scale:,.2f}** | {best.name} |")
         lines += [f"\nNote: {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
