@@ -66,8 +66,8 @@ def test_highspy_and_ortools_load_in_either_order(first):
             "h.addVar(0, 4); h.changeColCost(0, -1.0); h.run()\n"
             "assert abs(h.getInfo().objective_function_value + 4) < 1e-9\n"
             "from ortools.sat.python import cp_model\n"
-            "m = cp_model.CpModel(); x = m.NewIntVar(0, 3, 'x'); m.Maximize(x)\n"
-            "s = cp_model.CpSolver(); assert s.Solve(m) == cp_model.OPTIMAL\n")
+            "m = cp_model.CpModel(); x = m.new_int_var(0, 3, 'x'); m.maximize(x)\n"
+            "s = cp_model.CpSolver(); assert s.solve(m) == cp_model.OPTIMAL\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

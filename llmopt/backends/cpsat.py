@@ -33,8 +33,8 @@ class _Reporter(cp_model.CpSolverSolutionCallback):
         self.progress, self.scale, self.unit = progress, scale, unit
 
     def on_solution_callback(self) -> None:
-        self.progress.incumbent(self.ObjectiveValue() * self.scale,
-                                self.BestObjectiveBound() * self.scale, self.unit)
+        self.progress.incumbent(self.objective_value * self.scale,
+                                self.best_objective_bound * self.scale, self.unit)
 
 
 def solve_cpsat(
@@ -48,7 +48,7 @@ def solve_cpsat(
     workers: int | None = None,
     seed: int = 0,
 ) -> Outcome:
-    """Solve ``model``; on a solution, ``collect(solver.Value)`` builds ``Outcome.solution``.
+    """Solve ``model``; on a solution, ``collect(solver.value)`` builds ``Outcome.solution``.
 
     ``scale``/``unit`` only affect the progress display. Ctrl-C stops the search gracefully
     (CP-SAT catches SIGINT) and the incumbent is kept.
@@ -65,11 +65,11 @@ def solve_cpsat(
         params.log_to_stdout = False
         solver.log_callback = progress.log
     t0 = time.perf_counter()
-    status = solver.Solve(model, _Reporter(progress, scale, unit))
+    status = solver.solve(model, _Reporter(progress, scale, unit))
     runtime = time.perf_counter() - t0
     ending = _ENDINGS.get(status, "error")
-    objective = solver.ObjectiveValue() if ending in ("optimal", "feasible") else None
-    bound = solver.BestObjectiveBound() if ending != "error" else None
+    objective = solver.objective_value if ending in ("optimal", "feasible") else None
+    bound = solver.best_objective_bound if ending != "error" else None
     if ending == "infeasible":
         bound = None
     # CP-SAT stops short of proof only at the time limit or on Ctrl-C (SIGINT).
@@ -82,7 +82,7 @@ def solve_cpsat(
         runtime_s=runtime,
         solver_version=version(),
         interrupted=interrupted,
-        message=solver.StatusName(status),
-        solution=solution_or_none(ending, collect, solver.Value),
+        message=solver.status_name(status),
+        solution=solution_or_none(ending, collect, solver.value),
     )
 

@@ -89,9 +89,9 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     dec = [[None] * (N + 1) for _ in range(n)]
     pre = [[None] * (N + 1) for _ in range(n)]
     done = [[None] * (N + 1) for _ in range(n)]
-    start = [md.NewIntVar(0, big_t, f"start{j}") for j in range(N + 1)]
-    end = [md.NewIntVar(0, big_t, f"end{j}") for j in range(N + 1)]
-    md.Add(end[0] == 0)
+    start = [md.new_int_var(0, big_t, f"start{j}") for j in range(N + 1)]
+    end = [md.new_int_var(0, big_t, f"end{j}") for j in range(N + 1)]
+    md.add(end[0] == 0)
     tokens_j, units_j, kvr_j, chunks_j, occ_j, ptok_j, gheld_j, score_j = (
         [[] for _ in range(N + 1)] for _ in range(8))
     occ_i: list[list] = [[] for _ in range(n)]
@@ -99,96 +99,97 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     later_i: list[list] = [[] for _ in range(n)]
     for i in range(n):
         Ii, Oi = int(data.I[i]), int(data.O[i])
-        S[i][0] = md.NewConstant(Ii)
-        m[i][0] = md.NewConstant(0)
-        done[i][0] = md.NewConstant(0)
+        S[i][0] = md.new_constant(Ii)
+        m[i][0] = md.new_constant(0)
+        done[i][0] = md.new_constant(0)
         for j in range(1, N + 1):
-            S[i][j] = md.NewIntVar(Ii, Ii + Oi, f"S{i}_{j}")
-            m[i][j] = md.NewIntVar(0, kv_cap[i], f"m{i}_{j}")
-            c[i][j] = md.NewIntVar(0, min(data.C, kv_cap[i]), f"c{i}_{j}")
-            g = md.NewBoolVar(f"g{i}_{j}")
-            e[i][j] = md.NewBoolVar(f"e{i}_{j}")
-            done[i][j] = md.NewBoolVar(f"done{i}_{j}")
-            rem = md.NewIntVar(0, Ii + Oi, f"rem{i}_{j}")
-            md.Add(rem == S[i][j - 1] - m[i][j - 1])
+            S[i][j] = md.new_int_var(Ii, Ii + Oi, f"S{i}_{j}")
+            m[i][j] = md.new_int_var(0, kv_cap[i], f"m{i}_{j}")
+            c[i][j] = md.new_int_var(0, min(data.C, kv_cap[i]), f"c{i}_{j}")
+            g = md.new_bool_var(f"g{i}_{j}")
+            e[i][j] = md.new_bool_var(f"e{i}_{j}")
+            done[i][j] = md.new_bool_var(f"done{i}_{j}")
+            rem = md.new_int_var(0, Ii + Oi, f"rem{i}_{j}")
+            md.add(rem == S[i][j - 1] - m[i][j - 1])
             # termination bookkeeping: done once S reaches I + O
-            md.Add(S[i][j] == Ii + Oi).OnlyEnforceIf(done[i][j])
-            md.Add(S[i][j] <= Ii + Oi - 1).OnlyEnforceIf(done[i][j].Not())
+            md.add(S[i][j] == Ii + Oi).only_enforce_if(done[i][j])
+            md.add(S[i][j] <= Ii + Oi - 1).only_enforce_if(done[i][j].negated())
             # (2) tokens to process; nothing once done, evicted, or not yet arrived
-            md.Add(c[i][j] <= rem)
-            md.Add(c[i][j] == 0).OnlyEnforceIf(e[i][j])
-            md.Add(c[i][j] == 0).OnlyEnforceIf(done[i][j - 1])
+            md.add(c[i][j] <= rem)
+            md.add(c[i][j] == 0).only_enforce_if(e[i][j])
+            md.add(c[i][j] == 0).only_enforce_if(done[i][j - 1])
             if data.T[i] > 0:
-                arrived = md.NewBoolVar(f"arr{i}_{j}")
+                arrived = md.new_bool_var(f"arr{i}_{j}")
                 t_i = math.ceil(data.T[i] * data.scale)
-                md.Add(start[j] >= t_i).OnlyEnforceIf(arrived)
-                md.Add(start[j] <= t_i - 1).OnlyEnforceIf(arrived.Not())
-                md.Add(c[i][j] == 0).OnlyEnforceIf(arrived.Not())
+                md.add(start[j] >= t_i).only_enforce_if(arrived)
+                md.add(start[j] <= t_i - 1).only_enforce_if(arrived.negated())
+                md.add(c[i][j] == 0).only_enforce_if(arrived.negated())
             # (3) a token is generated exactly when everything available is processed
-            md.Add(c[i][j] == rem).OnlyEnforceIf(g)
-            md.Add(c[i][j] <= rem - 1).OnlyEnforceIf(g.Not())
-            md.Add(S[i][j] == S[i][j - 1] + g)                          # sequence length
+            md.add(c[i][j] == rem).only_enforce_if(g)
+            md.add(c[i][j] <= rem - 1).only_enforce_if(g.negated())
+            md.add(S[i][j] == S[i][j - 1] + g)                          # sequence length
             # (1) memory: an eviction frees everything (and needs something to free)
-            occ = md.NewIntVar(0, kv_cap[i], f"occ{i}_{j}")
-            md.Add(occ == m[i][j - 1] + c[i][j]).OnlyEnforceIf(e[i][j].Not())
-            md.Add(occ == 0).OnlyEnforceIf(e[i][j])
-            md.Add(m[i][j - 1] >= 1).OnlyEnforceIf(e[i][j])
-            freed = md.NewIntVar(0, kv_cap[i], f"freed{i}_{j}")
-            md.Add(freed == m[i][j - 1]).OnlyEnforceIf(e[i][j])
-            md.Add(freed == 0).OnlyEnforceIf(e[i][j].Not())
+            occ = md.new_int_var(0, kv_cap[i], f"occ{i}_{j}")
+            md.add(occ == m[i][j - 1] + c[i][j]).only_enforce_if(e[i][j].negated())
+            md.add(occ == 0).only_enforce_if(e[i][j])
+            md.add(m[i][j - 1] >= 1).only_enforce_if(e[i][j])
+            freed = md.new_int_var(0, kv_cap[i], f"freed{i}_{j}")
+            md.add(freed == m[i][j - 1]).only_enforce_if(e[i][j])
+            md.add(freed == 0).only_enforce_if(e[i][j].negated())
             occ_i[i].append(occ)
             freed_i[i].append(freed)
-            md.Add(m[i][j] == occ).OnlyEnforceIf(done[i][j].Not())
-            md.Add(m[i][j] == 0).OnlyEnforceIf(done[i][j])
+            md.add(m[i][j] == occ).only_enforce_if(done[i][j].negated())
+            md.add(m[i][j] == 0).only_enforce_if(done[i][j])
             # phases: decode = one token, the last generated one, after the first token
-            pos = md.NewBoolVar(f"pos{i}_{j}")
-            md.Add(c[i][j] >= 1).OnlyEnforceIf(pos)
-            md.Add(c[i][j] == 0).OnlyEnforceIf(pos.Not())
-            one = md.NewBoolVar(f"one{i}_{j}")
-            md.Add(c[i][j] == 1).OnlyEnforceIf(one)
-            md.Add(c[i][j] != 1).OnlyEnforceIf(one.Not())
-            rem1 = md.NewBoolVar(f"rem1{i}_{j}")
-            md.Add(rem == 1).OnlyEnforceIf(rem1)
-            md.Add(rem != 1).OnlyEnforceIf(rem1.Not())
-            gen = md.NewBoolVar(f"gen{i}_{j}")
-            md.Add(S[i][j - 1] >= Ii + 1).OnlyEnforceIf(gen)
-            md.Add(S[i][j - 1] <= Ii).OnlyEnforceIf(gen.Not())
-            dec[i][j] = md.NewBoolVar(f"dec{i}_{j}")
-            md.AddBoolAnd([one, rem1, gen]).OnlyEnforceIf(dec[i][j])
-            md.AddBoolOr([one.Not(), rem1.Not(), gen.Not()]).OnlyEnforceIf(dec[i][j].Not())
-            pre[i][j] = md.NewBoolVar(f"pre{i}_{j}")
-            md.AddBoolAnd([pos, dec[i][j].Not()]).OnlyEnforceIf(pre[i][j])
-            md.AddBoolOr([pos.Not(), dec[i][j]]).OnlyEnforceIf(pre[i][j].Not())
+            pos = md.new_bool_var(f"pos{i}_{j}")
+            md.add(c[i][j] >= 1).only_enforce_if(pos)
+            md.add(c[i][j] == 0).only_enforce_if(pos.negated())
+            one = md.new_bool_var(f"one{i}_{j}")
+            md.add(c[i][j] == 1).only_enforce_if(one)
+            md.add(c[i][j] != 1).only_enforce_if(one.negated())
+            rem1 = md.new_bool_var(f"rem1{i}_{j}")
+            md.add(rem == 1).only_enforce_if(rem1)
+            md.add(rem != 1).only_enforce_if(rem1.negated())
+            gen = md.new_bool_var(f"gen{i}_{j}")
+            md.add(S[i][j - 1] >= Ii + 1).only_enforce_if(gen)
+            md.add(S[i][j - 1] <= Ii).only_enforce_if(gen.negated())
+            dec[i][j] = md.new_bool_var(f"dec{i}_{j}")
+            md.add_bool_and([one, rem1, gen]).only_enforce_if(dec[i][j])
+            md.add_bool_or([one.negated(), rem1.negated(), gen.negated()]).only_enforce_if(
+                dec[i][j].negated())
+            pre[i][j] = md.new_bool_var(f"pre{i}_{j}")
+            md.add_bool_and([pos, dec[i][j].negated()]).only_enforce_if(pre[i][j])
+            md.add_bool_or([pos.negated(), dec[i][j]]).only_enforce_if(pre[i][j].negated())
             # cost terms
-            kvr = md.NewIntVar(0, kv_cap[i], f"kvr{i}_{j}")
-            md.Add(kvr == m[i][j - 1]).OnlyEnforceIf(dec[i][j])
-            md.Add(kvr == 0).OnlyEnforceIf(dec[i][j].Not())
+            kvr = md.new_int_var(0, kv_cap[i], f"kvr{i}_{j}")
+            md.add(kvr == m[i][j - 1]).only_enforce_if(dec[i][j])
+            md.add(kvr == 0).only_enforce_if(dec[i][j].negated())
             cmax = min(data.C, kv_cap[i])
-            units = md.NewIntVar(0, cmax * cmax + 2 * cmax * kv_cap[i], f"u{i}_{j}")
+            units = md.new_int_var(0, cmax * cmax + 2 * cmax * kv_cap[i], f"u{i}_{j}")
             if offline:
                 # the chunks of one (re)fill pass of length L cost Σ(c² + 2mc) = L² in all;
                 # with every batch's time only summed, the pass's L² is charged to its last
                 # chunk (the one that generates): L = S_{j−1}, tabulated
-                last = md.NewBoolVar(f"last{i}_{j}")
-                md.AddBoolAnd([pre[i][j], g]).OnlyEnforceIf(last)
-                md.AddBoolOr([pre[i][j].Not(), g.Not()]).OnlyEnforceIf(last.Not())
+                last = md.new_bool_var(f"last{i}_{j}")
+                md.add_bool_and([pre[i][j], g]).only_enforce_if(last)
+                md.add_bool_or([pre[i][j].negated(), g.negated()]).only_enforce_if(last.negated())
                 sq_table = [(Ii + k) ** 2 for k in range(Oi + 1)]
-                sq = md.NewIntVar(min(sq_table), max(sq_table), f"sq{i}_{j}")
-                idx = md.NewIntVar(0, Oi, f"len{i}_{j}")
-                md.Add(idx == S[i][j - 1] - Ii)
-                md.AddElement(idx, sq_table, sq)
-                md.Add(units == sq).OnlyEnforceIf(last)
-                md.Add(units == 0).OnlyEnforceIf(last.Not())
+                sq = md.new_int_var(min(sq_table), max(sq_table), f"sq{i}_{j}")
+                idx = md.new_int_var(0, Oi, f"len{i}_{j}")
+                md.add(idx == S[i][j - 1] - Ii)
+                md.add_element(idx, sq_table, sq)
+                md.add(units == sq).only_enforce_if(last)
+                md.add(units == 0).only_enforce_if(last.negated())
             else:
-                sq = md.NewIntVar(0, cmax * cmax, f"sq{i}_{j}")
-                md.AddMultiplicationEquality(sq, [c[i][j], c[i][j]])
-                mc = md.NewIntVar(0, cmax * kv_cap[i], f"mc{i}_{j}")
-                md.AddMultiplicationEquality(mc, [m[i][j - 1], c[i][j]])
-                md.Add(units == sq + 2 * mc).OnlyEnforceIf(pre[i][j])
-                md.Add(units == 0).OnlyEnforceIf(pre[i][j].Not())
-            ptok = md.NewIntVar(0, cmax, f"pt{i}_{j}")
-            md.Add(ptok == c[i][j]).OnlyEnforceIf(pre[i][j])
-            md.Add(ptok == 0).OnlyEnforceIf(pre[i][j].Not())
+                sq = md.new_int_var(0, cmax * cmax, f"sq{i}_{j}")
+                md.add_multiplication_equality(sq, [c[i][j], c[i][j]])
+                mc = md.new_int_var(0, cmax * kv_cap[i], f"mc{i}_{j}")
+                md.add_multiplication_equality(mc, [m[i][j - 1], c[i][j]])
+                md.add(units == sq + 2 * mc).only_enforce_if(pre[i][j])
+                md.add(units == 0).only_enforce_if(pre[i][j].negated())
+            ptok = md.new_int_var(0, cmax, f"pt{i}_{j}")
+            md.add(ptok == c[i][j]).only_enforce_if(pre[i][j])
+            md.add(ptok == 0).only_enforce_if(pre[i][j].negated())
             tokens_j[j].append(c[i][j])
             units_j[j].append(units)
             kvr_j[j].append(kvr)
@@ -196,53 +197,53 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
             occ_j[j].append(occ)
             # redundant, for the relaxation: a request generating a token holds all its
             # S_{j−1} ≥ I + [a token was generated before] KVs in that batch
-            gen_g = md.NewBoolVar(f"gg{i}_{j}")
-            md.AddBoolAnd([g, gen]).OnlyEnforceIf(gen_g)
-            md.AddBoolOr([g.Not(), gen.Not()]).OnlyEnforceIf(gen_g.Not())
+            gen_g = md.new_bool_var(f"gg{i}_{j}")
+            md.add_bool_and([g, gen]).only_enforce_if(gen_g)
+            md.add_bool_or([g.negated(), gen.negated()]).only_enforce_if(gen_g.negated())
             gheld_j[j].append(Ii * g + gen_g)
             score_j[j].append(g + gen_g)
             later_i[i].append(gen_g)
             ptok_j[j].append(ptok)
-        md.Add(done[i][N] == 1)                                         # termination
+        md.add(done[i][N] == 1)                                         # termination
         # redundant, for the relaxation: every token is processed once plus what evictions
         # freed; the request holds I + t − 1 KVs in the batch of its t-th token
-        md.Add(sum(c[i][j] for j in range(1, N + 1)) == Ii + Oi - 1 + sum(freed_i[i]))
-        md.Add(sum(occ_i[i]) >= Oi * Ii + Oi * (Oi - 1) // 2)
+        md.add(sum(c[i][j] for j in range(1, N + 1)) == Ii + Oi - 1 + sum(freed_i[i]))
+        md.add(sum(occ_i[i]) >= Oi * Ii + Oi * (Oi - 1) // 2)
         if generation_bound:
-            md.Add(sum(later_i[i]) == Oi - 1)         # every token but the first is a later one
+            md.add(sum(later_i[i]) == Oi - 1)         # every token but the first is a later one
     nonempty = []
     score_cap = data.generation_weight_cap() if generation_bound else None
     for j in range(1, N + 1):
         tok = sum(tokens_j[j])
-        ne = md.NewBoolVar(f"ne{j}")
-        md.Add(tok <= data.C * ne)                                      # (4)
-        md.Add(sum(occ_j[j]) <= data.M * ne)                            # (4), held only while busy
-        md.Add(sum(gheld_j[j]) <= data.M)
+        ne = md.new_bool_var(f"ne{j}")
+        md.add(tok <= data.C * ne)                                      # (4)
+        md.add(sum(occ_j[j]) <= data.M * ne)                            # (4), held only while busy
+        md.add(sum(gheld_j[j]) <= data.M)
         if generation_bound:
-            md.Add(sum(score_j[j]) <= score_cap * ne)
-        md.Add(sum(ptok_j[j]) <= data.P)                                # chunked prefill budget
-        md.Add(tok >= 1).OnlyEnforceIf(ne)
-        md.Add(tok == 0).OnlyEnforceIf(ne.Not())
+            md.add(sum(score_j[j]) <= score_cap * ne)
+        md.add(sum(ptok_j[j]) <= data.P)                                # chunked prefill budget
+        md.add(tok >= 1).only_enforce_if(ne)
+        md.add(tok == 0).only_enforce_if(ne.negated())
         nonempty.append(ne)
         cost = (data.coef("bias_ms") * ne + data.coef("per_token_ms") * tok
                 + data.coef("decode_kv_ms") * sum(kvr_j[j])
                 + data.coef("prefill_attention_ms") * sum(units_j[j])
                 + data.coef("per_prefill_request_ms") * sum(chunks_j[j]))
         if (data.T > 0).any():
-            idle = md.NewIntVar(0, big_t, f"idle{j}")
-            md.Add(start[j] == end[j - 1] + idle)
+            idle = md.new_int_var(0, big_t, f"idle{j}")
+            md.add(start[j] == end[j - 1] + idle)
         else:
-            md.Add(start[j] == end[j - 1])
-        md.Add(end[j] == start[j] + cost)
+            md.add(start[j] == end[j - 1])
+        md.add(end[j] == start[j] + cost)
     for j in range(len(nonempty) - 1):                # empty batches last
-        md.AddImplication(nonempty[j + 1], nonempty[j])
+        md.add_implication(nonempty[j + 1], nonempty[j])
     for a, b in data.interchangeable_pairs():
         if generation_bound:
             _lex_at_least(md, S[a][1:], S[b][1:])
         else:
             for j in range(1, N + 1):
-                md.AddImplication(done[b][j], done[a][j])
-    md.Minimize(end[N])
+                md.add_implication(done[b][j], done[a][j])
+    md.minimize(end[N])
     if hint:
         _hint(md, data, hint, N, {"S": S, "m": m, "c": c, "e": e})
     return md, {"c": c, "e": e, "m": m, "dec": dec, "end": end, "start": start}
@@ -252,16 +253,16 @@ def _lex_at_least(md, xs: list, ys: list) -> None:
     """xs ≥ ys lexicographically: at the first batch where the two differ, xs is ahead."""
     equal_so_far = None
     for x, y in zip(xs, ys, strict=True):
-        at_least = md.Add(x >= y)
+        at_least = md.add(x >= y)
         if equal_so_far is not None:
-            at_least.OnlyEnforceIf(equal_so_far)
-        ahead = md.NewBoolVar("")
-        md.Add(x >= y + 1).OnlyEnforceIf(ahead)
-        md.Add(x <= y).OnlyEnforceIf(ahead.Not())
-        equal = md.NewBoolVar("")
-        prefix = [ahead.Not()] + ([equal_so_far] if equal_so_far is not None else [])
-        md.AddBoolAnd(prefix).OnlyEnforceIf(equal)
-        md.AddBoolOr([lit.Not() for lit in prefix]).OnlyEnforceIf(equal.Not())
+            at_least.only_enforce_if(equal_so_far)
+        ahead = md.new_bool_var("")
+        md.add(x >= y + 1).only_enforce_if(ahead)
+        md.add(x <= y).only_enforce_if(ahead.negated())
+        equal = md.new_bool_var("")
+        prefix = [ahead.negated()] + ([equal_so_far] if equal_so_far is not None else [])
+        md.add_bool_and(prefix).only_enforce_if(equal)
+        md.add_bool_or([lit.negated() for lit in prefix]).only_enforce_if(equal.negated())
         equal_so_far = equal
 
 
@@ -275,7 +276,7 @@ def _hint(md, data: CSPData, plan: list[dict[str, Any]], N: int, var: dict) -> N
     for i in range(data.n):
         for j in range(1, N + 1):
             for name in ("S", "m", "c", "e"):
-                md.AddHint(var[name][i][j], int(tr[name][row[i], j]))
+                md.add_hint(var[name][i][j], int(tr[name][row[i], j]))
 
 
 # --------------------------------------------------------------------- solve

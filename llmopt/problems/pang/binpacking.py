@@ -262,18 +262,18 @@ def group_lns(weights: np.ndarray, bins: int, assign: np.ndarray, target: int, d
 def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.ndarray | None:
     """Requests (non-increasing weights) into ``k`` clients of capacity ``cap``, or None."""
     model = cp_model.CpModel()
-    x = [[model.NewBoolVar("") for _ in range(min(k, i + 1))] for i in range(len(weights))]
+    x = [[model.new_bool_var("") for _ in range(min(k, i + 1))] for i in range(len(weights))]
     for row in x:
-        model.AddExactlyOne(row)
+        model.add_exactly_one(row)
     for j in range(k):
-        model.Add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
+        model.add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(min(0.05, deadline - time.perf_counter()),
                                                 0.01)
     solver.parameters.num_workers = 1
-    if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    return np.array([next(j for j, v in enumerate(row) if solver.Value(v)) for row in x])
+    return np.array([next(j for j, v in enumerate(row) if solver.value(v)) for row in x])
 
 
 # --------------------------------------------------------------------------- exact models
@@ -311,18 +311,18 @@ def cpsat_model(bp: BinPacking, *, strengthen: bool = False, hint: np.ndarray | 
     x = []
     for i in range(bp.n):
         allowed = bp.bins if not strengthen else min(bp.bins, int(rank[i]) + 1)
-        x.append([model.NewBoolVar(f"x_{i}_{j}") for j in range(allowed)])
-        model.AddExactlyOne(x[i])                                   # (27)
-    tmax = model.NewIntVar(lower, hi, "tmax")
+        x.append([model.new_bool_var(f"x_{i}_{j}") for j in range(allowed)])
+        model.add_exactly_one(x[i])                                   # (27)
+    tmax = model.new_int_var(lower, hi, "tmax")
     for j in range(bp.bins):
         terms = [(x[i][j], w[i]) for i in range(bp.n) if j < len(x[i])]
         if terms:
-            model.Add(sum(wi * v for v, wi in terms) <= tmax)       # (28) with t_j folded in
-    model.Minimize(tmax)                                            # (26)
+            model.add(sum(wi * v for v, wi in terms) <= tmax)       # (28) with t_j folded in
+    model.minimize(tmax)                                            # (26)
     if hint is not None:
         for i in range(bp.n):
             for j, v in enumerate(x[i]):
-                model.AddHint(v, int(hint[i] == j))
+                model.add_hint(v, int(hint[i] == j))
     return model, x
 
 

@@ -85,50 +85,50 @@ def build_cpsat(problem: PDProblem, bins: int, model: str = "stage", *,
     W = Weights.of(problem, model)
     H = horizon if horizon is not None else int(problem.out.sum()) + 1
     md = cp_model.CpModel()
-    b = [[md.NewBoolVar(f"b_{i}_{k}") for k in range(K)] for i in range(n)]
-    bin_of = [md.NewIntVar(0, K - 1, f"bin_{i}") for i in range(n)]
-    B = [md.NewIntVar(0, H, f"B_{k}") for k in range(K)]
-    md.Add(B[0] == 0)
+    b = [[md.new_bool_var(f"b_{i}_{k}") for k in range(K)] for i in range(n)]
+    bin_of = [md.new_int_var(0, K - 1, f"bin_{i}") for i in range(n)]
+    B = [md.new_int_var(0, H, f"B_{k}") for k in range(K)]
+    md.add(B[0] == 0)
     for k in range(K - 1):
-        md.Add(B[k] <= B[k + 1])
+        md.add(B[k] <= B[k + 1])
     starts, intervals = [], []
-    d_end = md.NewIntVar(max(int(problem.out.max()), min_decode_end), H + int(problem.out.max()),
+    d_end = md.new_int_var(max(int(problem.out.max()), min_decode_end), H + int(problem.out.max()),
                          "D_end")
     for i in range(n):
-        md.AddExactlyOne(b[i])
-        md.Add(bin_of[i] == sum(k * b[i][k] for k in range(K)))
-        s = md.NewIntVar(0, H, f"s_{i}")
-        md.AddElement(bin_of[i], B, s)
-        e = md.NewIntVar(0, H + int(problem.out[i]), f"e_{i}")
-        intervals.append(md.NewIntervalVar(s, int(problem.out[i]), e, f"run_{i}"))
-        md.Add(d_end >= e)
+        md.add_exactly_one(b[i])
+        md.add(bin_of[i] == sum(k * b[i][k] for k in range(K)))
+        s = md.new_int_var(0, H, f"s_{i}")
+        md.add_element(bin_of[i], B, s)
+        e = md.new_int_var(0, H + int(problem.out[i]), f"e_{i}")
+        intervals.append(md.new_interval_var(s, int(problem.out[i]), e, f"run_{i}"))
+        md.add(d_end >= e)
         starts.append(s)
-    md.AddCumulative(intervals, [1] * n, problem.clients)
+    md.add_cumulative(intervals, [1] * n, problem.clients)
     if kv and problem.kv_capacity is not None:
-        md.AddCumulative(intervals, [int(v) for v in problem.footprint], problem.kv_capacity)
-    used = [md.NewBoolVar(f"used_{k}") for k in range(K)]
+        md.add_cumulative(intervals, [int(v) for v in problem.footprint], problem.kv_capacity)
+    used = [md.new_bool_var(f"used_{k}") for k in range(K)]
     stage_cost = []
     for k in range(K):
         tokens = sum(int(problem.inp[i]) * b[i][k] for i in range(n))
-        md.Add(tokens <= problem.cap)                                           # eq 6
+        md.add(tokens <= problem.cap)                                           # eq 6
         for i in range(n):
-            md.AddImplication(b[i][k], used[k])
-        md.Add(sum(b[i][k] for i in range(n)) >= 1).OnlyEnforceIf(used[k])
+            md.add_implication(b[i][k], used[k])
+        md.add(sum(b[i][k] for i in range(n)) >= 1).only_enforce_if(used[k])
         if k + 1 < K:
-            md.AddImplication(used[k + 1], used[k])
-            md.Add(B[k + 1] == B[k]).OnlyEnforceIf(used[k + 1].Not())
+            md.add_implication(used[k + 1], used[k])
+            md.add(B[k + 1] == B[k]).only_enforce_if(used[k + 1].negated())
         if model == "stage":
-            y = [md.NewBoolVar(f"y_{k}_{lv}") for lv in range(len(problem.levels))]
-            md.AddExactlyOne(y)                                                 # eq 7
-            md.Add(tokens <= sum(cap * y[lv] for lv, (cap, _) in enumerate(problem.levels)))
-            md.Add(y[0] == used[k].Not())
+            y = [md.new_bool_var(f"y_{k}_{lv}") for lv in range(len(problem.levels))]
+            md.add_exactly_one(y)                                                 # eq 7
+            md.add(tokens <= sum(cap * y[lv] for lv, (cap, _) in enumerate(problem.levels)))
+            md.add(y[0] == used[k].negated())
             stage_cost.append(sum(c * y[lv] for lv, c in enumerate(W.stage_costs)))  # eq 5
         else:
             stage_cost.append(W.stage_costs[1] * used[k])
-    md.Minimize(W.per_round * d_end + sum(stage_cost))
+    md.minimize(W.per_round * d_end + sum(stage_cost))
     if fixed_bins:
         for i, k in fixed_bins.items():
-            md.Add(bin_of[i] == k)
+            md.add(bin_of[i] == k)
     if hint is not None:
         _hint(md, problem, hint, b, bin_of, B, starts, d_end, used, K)
     return md, {"b": b, "bin": bin_of, "B": B, "s": starts, "D_end": d_end, "weights": W}
@@ -138,15 +138,15 @@ def _hint(md, problem: PDProblem, plan: Plan, b, bin_of, B, starts, d_end, used,
     hb = plan.bin_of(problem.n)
     starts_h = [*plan.starts] + [plan.decode_end(problem)] * (K - len(plan.starts))
     for i in range(problem.n):
-        md.AddHint(bin_of[i], int(hb[i]))
+        md.add_hint(bin_of[i], int(hb[i]))
         for k in range(K):
-            md.AddHint(b[i][k], int(hb[i] == k))
-        md.AddHint(starts[i], int(starts_h[hb[i]]))
+            md.add_hint(b[i][k], int(hb[i] == k))
+        md.add_hint(starts[i], int(starts_h[hb[i]]))
     last_used = max(k for k, members in enumerate(plan.bins) if members)
     for k in range(K):
-        md.AddHint(B[k], int(starts_h[k] if k <= last_used else starts_h[last_used]))
-        md.AddHint(used[k], int(k < len(plan.bins) and bool(plan.bins[k])))
-    md.AddHint(d_end, plan.decode_end(problem))
+        md.add_hint(B[k], int(starts_h[k] if k <= last_used else starts_h[last_used]))
+        md.add_hint(used[k], int(k < len(plan.bins) and bool(plan.bins[k])))
+    md.add_hint(d_end, plan.decode_end(problem))
 
 
 def plan_from_bins(problem: PDProblem, bin_of: np.ndarray, source: str) -> Plan:

@@ -32,14 +32,15 @@ def _window_model(problem: PDProblem, plan: Plan, lo: int, hi: int, model: str, 
     d_end0 = plan.decode_end(problem)
     H = d_end0 + int(problem.out.max()) * 2
     md = cp_model.CpModel()
-    win_B = {k: md.NewIntVar(int(old[lo - 1]) if lo > 0 else 0, H, f"B{k}") for k in range(lo, hi)}
+    win_B = {k: md.new_int_var(int(old[lo - 1]) if lo > 0 else 0, H, f"B{k}")
+             for k in range(lo, hi)}
     if lo == 0:
-        md.Add(win_B[0] == 0)
+        md.add(win_B[0] == 0)
     for k in range(lo, hi - 1):
-        md.Add(win_B[k] <= win_B[k + 1])
-    shift = md.NewIntVar(-H, H, "shift")
+        md.add(win_B[k] <= win_B[k + 1])
+    shift = md.new_int_var(-H, H, "shift")
     if hi < K:
-        md.Add(int(old[hi]) + shift >= win_B[hi - 1])
+        md.add(int(old[hi]) + shift >= win_B[hi - 1])
 
     def position(k: int):
         if k < lo:
@@ -54,51 +55,51 @@ def _window_model(problem: PDProblem, plan: Plan, lo: int, hi: int, model: str, 
     horizon_start = int(old[lo])
     choice: dict[int, list[cp_model.IntVar]] = {}
     intervals, demands = [], []
-    d_end = md.NewIntVar(0, H + int(problem.out.max()), "D_end")
+    d_end = md.new_int_var(0, H + int(problem.out.max()), "D_end")
     for i in range(n):
         length = int(problem.out[i])
         if i in free_set:
-            bools = [md.NewBoolVar(f"b{i}_{k}") for k in window]
-            md.AddExactlyOne(bools)
+            bools = [md.new_bool_var(f"b{i}_{k}") for k in window]
+            md.add_exactly_one(bools)
             choice[i] = bools
-            s = md.NewIntVar(0, H, f"s{i}")
+            s = md.new_int_var(0, H, f"s{i}")
             for k, v in zip(window, bools, strict=True):
-                md.Add(s == win_B[k]).OnlyEnforceIf(v)
+                md.add(s == win_B[k]).only_enforce_if(v)
         else:
             k = int(bin_of[i])
             if k < lo and old[k] + length <= horizon_start:
                 continue  # done before the window: no effect on it
             s = position(k)
-        e = md.NewIntVar(0, H + length, f"e{i}")
-        intervals.append(md.NewIntervalVar(s, length, e, f"r{i}"))
+        e = md.new_int_var(0, H + length, f"e{i}")
+        intervals.append(md.new_interval_var(s, length, e, f"r{i}"))
         demands.append(int(problem.footprint[i]))
-        md.Add(d_end >= e)
-    md.AddCumulative(intervals, [1] * len(intervals), problem.clients)
+        md.add(d_end >= e)
+    md.add_cumulative(intervals, [1] * len(intervals), problem.clients)
     if kv and problem.kv_capacity is not None:
-        md.AddCumulative(intervals, demands, problem.kv_capacity)
+        md.add_cumulative(intervals, demands, problem.kv_capacity)
     cost = []
     for k in window:
         members = [(i, choice[i][k - lo]) for i in free]
         tokens = sum(int(problem.inp[i]) * v for i, v in members)
-        md.Add(tokens <= problem.cap)
-        used = md.NewBoolVar(f"u{k}")
+        md.add(tokens <= problem.cap)
+        used = md.new_bool_var(f"u{k}")
         for _, v in members:
-            md.AddImplication(v, used)
+            md.add_implication(v, used)
         if model == "stage":
-            y = [md.NewBoolVar(f"y{k}_{lv}") for lv in range(len(problem.levels))]
-            md.AddExactlyOne(y)
-            md.Add(tokens <= sum(c * y[lv] for lv, (c, _) in enumerate(problem.levels)))
-            md.Add(y[0] == used.Not())
+            y = [md.new_bool_var(f"y{k}_{lv}") for lv in range(len(problem.levels))]
+            md.add_exactly_one(y)
+            md.add(tokens <= sum(c * y[lv] for lv, (c, _) in enumerate(problem.levels)))
+            md.add(y[0] == used.negated())
             cost.append(sum(c * y[lv] for lv, c in enumerate(W.stage_costs)))
         else:
             cost.append(W.stage_costs[1] * used)
-    md.Minimize(W.per_round * d_end + sum(cost))
+    md.minimize(W.per_round * d_end + sum(cost))
     for k in window:
-        md.AddHint(win_B[k], int(old[k]))
-    md.AddHint(shift, 0)
+        md.add_hint(win_B[k], int(old[k]))
+    md.add_hint(shift, 0)
     for i, bools in choice.items():
         for k, v in zip(window, bools, strict=True):
-            md.AddHint(v, int(bin_of[i] == k))
+            md.add_hint(v, int(bin_of[i] == k))
     return md, choice, window
 
 
@@ -127,11 +128,11 @@ def improve_plan(problem: PDProblem, plan: Plan, model: str, deadline: float, *,
         solver.parameters.max_time_in_seconds = max(
             0.1, min(window_time_s, deadline - time.perf_counter()))
         solver.parameters.num_workers = 2
-        status = solver.Solve(md)
+        status = solver.solve(md)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             bin_of = best.bin_of(problem.n)
             for i, bools in choice.items():
-                bin_of[i] = next(k for k, v in zip(win, bools, strict=True) if solver.Value(v))
+                bin_of[i] = next(k for k, v in zip(win, bools, strict=True) if solver.value(v))
             members = [list(np.flatnonzero(bin_of == k)) for k in range(K)]
             candidate = _compact(problem, earliest_plan(problem, members, None,
                                                         source=best.source))
