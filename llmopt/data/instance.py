@@ -180,17 +180,15 @@ class Instance:
 
     @cached_property
     def sha256(self) -> str:
-        """Content hash of everything that defines the problem (not the solve defaults)."""
-        return sha256_of(
-            {
-                "name": self.name,
-                "profile": self.profile.model_dump(mode="json"),
-                "system": self.system.model_dump(mode="json"),
-                "requests": [
-                    [r.id, r.input_tokens, r.output_tokens, r.arrival_ms] for r in self.requests
-                ],
-            }
-        )
+        """Content hash of the canonical dump of everything that defines the problem: the
+        name, the profile, the system and every field of every request (a field added to any of
+        these models changes it); not the solve defaults or the description."""
+        return sha256_of({
+            "name": self.name,
+            "profile": self.profile.model_dump(mode="json"),
+            "system": self.system.model_dump(mode="json"),
+            "requests": [r.model_dump(mode="json") for r in self.requests],
+        })
 
     def label(self) -> str:
         return str(self.path) if self.path else self.name
@@ -242,7 +240,7 @@ def _materialise_requests(spec: Any, *, file: Path | None, base_dir: Path) -> li
                                          error=InstanceError)
             rows = read_trace(base_dir / tspec.trace, tspec.format, start=tspec.start,
                               limit=tspec.limit)
-            return [Request.model_construct(**row) for row in rows]
+            return [Request.model_validate(row) for row in rows]
         gdoc: _GenerateDoc = validated(_GenerateDoc, spec, file=file, prefix="requests",
                                        error=InstanceError)
         return generate_requests(gdoc.generate, file=file)
@@ -273,8 +271,8 @@ def generate_requests(spec: GeneratorSpec, *, file: Path | None = None) -> list[
     else:
         arrivals = np.zeros(spec.count)
     return [
-        Request.model_construct(id=f"r{i}", input_tokens=int(a), output_tokens=int(b),
-                                arrival_ms=float(t))
+        Request.model_validate({"id": f"r{i}", "input_tokens": int(a),
+                                "output_tokens": int(b), "arrival_ms": float(t)})
         for i, (a, b, t) in enumerate(zip(inputs, outputs, arrivals, strict=True))
     ]
 
