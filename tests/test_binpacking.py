@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import make_instance
+from conftest import TOY, make_instance
 from llmopt.problems.api import solve
 from llmopt.problems.pang.binpacking import (
     BinPacking,
@@ -135,7 +135,7 @@ def test_quickstart_needs_the_exact_solver_and_all_back_ends_agree():
     heuristic alone cannot prove it, the exact back ends must."""
     from llmopt.data.instance import load_instance
 
-    inst = load_instance("instances/toy/quickstart.yaml")
+    inst = load_instance(TOY / "quickstart.yaml")
     lb, _ = load_lower_bound(inst.output_tokens, 4)
     assert lb == 838
     assert search_makespan(list(inst.output_tokens), 4) == 847

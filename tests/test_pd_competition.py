@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import TOY
 from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.policies.replay import replay
 from llmopt.problems.api import solve
@@ -106,7 +107,7 @@ def test_literal_reading_gives_a_valid_schedule_and_no_proof():
 
 
 def test_stage_plans_replay_to_their_promised_time():
-    inst = load_instance("instances/toy/gsm8k-small.yaml")
+    inst = load_instance(TOY / "gsm8k-small.yaml")
     problem = PDProblem.from_instance(inst)
     for policy in ("baseline", "hybrid"):
         plan = plan_from_schedule(problem, replay(inst, policy))
@@ -123,7 +124,7 @@ def test_stage_plans_replay_to_their_promised_time():
 def test_window_lns_never_worsens_a_plan():
     import time
 
-    inst = load_instance("instances/toy/gsm8k-small.yaml")
+    inst = load_instance(TOY / "gsm8k-small.yaml")
     problem = PDProblem.from_instance(inst)
     start = plan_from_schedule(problem, replay(inst, "baseline"))
     better = improve_plan(problem, start, "replay", time.perf_counter() + 10, window=4)
