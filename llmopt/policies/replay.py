@@ -25,8 +25,7 @@ from llmopt.sim.cluster import Deployment, simulate
 
 
 def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
-               router: str | None = None, binpacking_time_limit_s: float = 30.0,
-               progress: Progress = SILENT) -> Deployment:
+               router: str | None = None, progress: Progress = SILENT) -> Deployment:
     """The policies and router that replay ``policy`` on ``instance``."""
     if policy not in POLICIES:
         raise OptionError(f"unknown policy (known: {', '.join(POLICIES)})", field="--policy",
@@ -42,8 +41,7 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
         return infermax.deploy_plan(instance, plan)
     if policy in SCHEDULERS:
         return infermax.deploy(instance, policy, router=chosen)
-    return pang.deploy(instance, policy, plan=plan, router=chosen,
-                       binpacking_time_limit_s=binpacking_time_limit_s, progress=progress)
+    return pang.deploy(instance, policy, plan=plan, router=chosen, progress=progress)
 
 
 def mode_of(policy: str, plan: Mapping[str, Any] | None = None) -> str:
@@ -54,12 +52,11 @@ def mode_of(policy: str, plan: Mapping[str, Any] | None = None) -> str:
 
 
 def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
-           router: str | None = None, binpacking_time_limit_s: float = 30.0,
-           progress: Progress = SILENT, fast: bool = True) -> Schedule:
+           router: str | None = None, progress: Progress = SILENT,
+           fast: bool = True) -> Schedule:
     """Simulate ``instance`` under ``policy``; ``plan`` is a solution dict for policy
     ``plan``; ``router`` a name of ``ROUTERS`` (default: the policy's own)."""
-    chosen = deployment(instance, policy, plan=plan, router=router,
-                        binpacking_time_limit_s=binpacking_time_limit_s, progress=progress)
+    chosen = deployment(instance, policy, plan=plan, router=router, progress=progress)
     return simulate(instance, chosen, fast=fast, progress=progress)
 
 

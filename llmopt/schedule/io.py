@@ -13,6 +13,7 @@ import hashlib
 import io
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,20 +32,35 @@ def sidecar_name(json_path: Path) -> str:
 
 
 def write_tables(path: Path, segments: pd.DataFrame, iterations: pd.DataFrame) -> str:
-    """Write both tables into ``path`` atomically; the file's SHA-256."""
-    seg = segments[SEGMENT_COLUMNS].assign(table="segment")
-    its = iterations[ITERATION_COLUMNS].assign(table="iteration")
-    frame = pd.concat([seg, its], ignore_index=True, sort=False)
-    for col in ("request", "phase", "table"):
-        frame[col] = frame[col].astype("string").astype("category")
-    for col in {*_SEGMENT_INTS, *_ITERATION_INTS}:
-        frame[col] = frame[col].astype("Int64")
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+    """Write both tables into ``path`` atomically; the file's SHA-256. The columns go to
+    Arrow without an intermediate frame (numeric columns without copies, categoricals as
+    dictionaries), so that a trace replay's millions of rows cost little memory."""
+    seg = _arrow(segments, SEGMENT_COLUMNS, "segment")
+    its = _arrow(iterations, ITERATION_COLUMNS, "iteration")
+    table = pa.concat_tables([seg, its], promote_options="default")
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
     data = buffer.getvalue()
     write_atomic(path, data)
     return hashlib.sha256(data).hexdigest()
+
+
+def _arrow(frame: pd.DataFrame, columns: list[str], kind: str) -> pa.Table:
+    arrays = {"table": pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(len(frame), dtype=np.int8)), pa.array([kind]))}
+    for col in columns:
+        values = frame[col]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            arrays[col] = pa.DictionaryArray.from_arrays(
+                pa.array(values.cat.codes.to_numpy()),
+                pa.array(values.cat.categories.astype(str)))
+        elif col in ("request", "phase"):
+            arrays[col] = pa.array(values.astype(str)).dictionary_encode()
+        elif col.endswith("_ms"):
+            arrays[col] = pa.array(values.to_numpy(dtype=np.float64))
+        else:
+            arrays[col] = pa.array(values.to_numpy(dtype=np.int64))
+    return pa.table(arrays)
 
 
 def read_tables(path: Path, sha256: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -67,6 +67,9 @@ def simulate(instance: Instance, deployment: Deployment, *, fast: bool = True,
 
 def _run(replicas: list[Replica], state: RequestState, router: Router) -> None:
     arrivals = sorted(range(len(state.arr)), key=lambda i: (state.arr[i], i))
+    if len(replicas) == 1:
+        _run_one(replicas[0], state, arrivals)
+        return
     ready: list[tuple[float, int]] = []  # (time, replica) of replicas with work
     awake = [False] * len(replicas)
     nxt = 0
@@ -98,6 +101,31 @@ def _run(replicas: list[Replica], state: RequestState, router: Router) -> None:
     for replica in replicas:
         if any(state.status[i] != DONE for i in replica.members):
             _stuck(replica)
+
+
+def _run_one(replica: Replica, state: RequestState, arrivals: list[int]) -> None:
+    """``_run`` for one replica (no router, no heap): the same events in the same order."""
+    arr, n, nxt = state.arr, len(arrivals), 0
+    awake = False
+    while True:
+        t_arrival = arr[arrivals[nxt]] if nxt < n else math.inf
+        if awake and replica.t < t_arrival - 1e-9:
+            if replica.step(t_arrival if nxt < n else None):
+                continue
+            if replica.wake_at is not None:
+                replica.t, replica.wake_at = max(replica.t, replica.wake_at), None
+            else:
+                awake = False
+            continue
+        if nxt >= n:
+            break
+        replica.enqueue(arrivals[nxt])
+        nxt += 1
+        if not awake:
+            awake = True
+            replica.t = max(replica.t, t_arrival)
+    if any(state.status[i] != DONE for i in replica.members):
+        _stuck(replica)
 
 
 def _stuck(replica: Replica) -> None:

@@ -180,6 +180,8 @@ class Replica:
         self.wake_at: float | None = None  # a policy that waits for a time sets it
         self.rec = Recorder(index)
         self._finished_hook = type(policy).finished is not IterationPolicy.finished
+        self._arrived_hook = type(policy).arrived is not IterationPolicy.arrived
+        self._iteration_ms = self.profile.iteration_ms
 
     # ------------------------------------------------------------------ view
 
@@ -236,7 +238,8 @@ class Replica:
         self.status[i] = WAITING
         self.outstanding_tokens += self.I[i] + self.O[i] - (1 if self.first_from_prefill else 0)
         self._push_waiting(i)
-        self.policy.arrived(self, i)
+        if self._arrived_hook:
+            self.policy.arrived(self, i)
 
     def _push_waiting(self, i: int) -> None:
         rank = self.rank_of[i]
@@ -313,7 +316,7 @@ class Replica:
         when the policy set it)."""
         b = self.policy.next_batch(self)
         self.just_evicted.clear()
-        if b is None or b.empty:
+        if b is None or (not b.chunks and not b.n_dec):
             return False
         rounds = self._steady_rounds(b, next_arrival) if self.fast else 1
         if rounds == 1:
@@ -357,8 +360,7 @@ class Replica:
             pre_tokens += c
             units += c * c + 2 * m[i] * c
         start = self.t
-        end = start + self.profile.iteration_ms(pre_tokens, n_dec, decode_kv, units,
-                                                len(chunks))
+        end = start + self._iteration_ms(pre_tokens, n_dec, decode_kv, units, len(chunks))
         other_kv = 0
         for i in self.prefilling:
             other_kv += m[i]
@@ -417,7 +419,9 @@ class Replica:
         stream = self.stream
         needs = stream.needs()
         free = self.M - self._held()
-        rounds = min(stream.horizon() - stream.G, promise.rounds)
+        rounds = stream.horizon() - stream.G
+        if promise.rounds < rounds:
+            rounds = promise.rounds
         if needs and free != math.inf:
             rounds = min(rounds, free // needs)
         rounds = int(min(rounds, 1 << 20))

@@ -42,8 +42,13 @@ class InferMaxProfile(CostProfile):
 
     def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
                      chunks: int) -> float:
-        """An iteration of the simulation (``batch_ms`` of its aggregates)."""
-        return self.batch_ms(prefill_tokens + decodes, decode_kv, units, chunks)
+        """An iteration of the simulation: ``batch_ms`` of its aggregates, written out (the
+        simulation calls it once per batch)."""
+        tokens = prefill_tokens + decodes
+        if tokens <= 0:
+            return 0.0
+        return (self.bias_ms + self.per_token_ms * tokens + self.decode_kv_ms * decode_kv
+                + self.prefill_attention_ms * units + self.per_prefill_request_ms * chunks)
 
     def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
         """A decode-only iteration of ``decodes`` requests costs per_batch + per_kv · KVs read:

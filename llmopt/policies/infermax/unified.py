@@ -26,6 +26,8 @@ from llmopt.sim.batch import Batch
 from llmopt.sim.replica import RUNNING, Replica
 
 RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
+UNTIL_ARRIVAL = Steady(math.inf, until_arrival=True)
+BLOCKED = Steady(math.inf, until_arrival=False)
 
 
 class UnifiedScheduler(IterationPolicy):
@@ -95,15 +97,16 @@ class UnifiedScheduler(IterationPolicy):
 
     def next_batch(self, r: Replica) -> Batch | None:
         b = Batch(r.M - r._held(), r.C, self.P)
-        if self.cfg.groups == "vllm":
+        groups = self.cfg.groups
+        if groups == "vllm":
             self._admit_waiting(r, b)
             self._add_running(r, b)
-        elif self.cfg.groups == "sarathi":
+        elif groups == "sarathi":
             self._add_running(r, b)
             self._admit_waiting(r, b)
         else:
             self._rank_batch(r, b)
-        return None if b.empty else b
+        return b if b.chunks or b.n_dec else None
 
     def steady(self, r: Replica, b: Batch) -> Steady | None:
         """The same decode-only batch comes back until an arrival, unless the running
@@ -124,7 +127,7 @@ class UnifiedScheduler(IterationPolicy):
             if self.reservation(r, head) <= free - (needs if cfg.groups == "sarathi" else 0):
                 return None
             blocked = True
-        return Steady(math.inf, until_arrival=not blocked)
+        return BLOCKED if blocked else UNTIL_ARRIVAL
 
     def _chunk(self, r: Replica, i: int, b: Batch) -> int:
         """The chunk request i processes given the batch's prefill and token budgets left (0:
@@ -232,7 +235,7 @@ class UnifiedScheduler(IterationPolicy):
         outside the batch when KVs are short (itself when none is lower); each running prefill
         takes a chunk; each of the first RANK_WINDOW waiting requests is admitted if a slot,
         a chunk and its reservation fit."""
-        n_dec = r.n_decoders()
+        n_dec = len(r.stream) + len(r.idle)
         needs = r.all_decode_needs()
         if not self.cfg.hybrid or needs not in (0, n_dec):
             self._rank_batch_one_by_one(r, b)
@@ -371,7 +374,7 @@ class UnifiedScheduler(IterationPolicy):
     def _decodes_taken(self, r: Replica, b: Batch, dp: int) -> None:
         """The decodes of a ranked batch are the first ``dp`` decoders in rank order (victims
         only ever leave below them)."""
-        if b.n_dec == r.n_decoders():
+        if b.n_dec == len(r.stream) + len(r.idle):
             b.all_decodes = bool(b.n_dec)
         else:
             assert r.dec_keys is not None

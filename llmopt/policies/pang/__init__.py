@@ -44,15 +44,14 @@ _POLICIES: dict[str, tuple[Any, Timing, bool]] = {
 
 
 def deploy(instance: Instance, name: str, *, plan: Mapping[str, Any] | None = None,
-           router: Router | None = None, binpacking_time_limit_s: float = 30.0,
-           progress: Progress = SILENT) -> Deployment:
+           router: Router | None = None, progress: Progress = SILENT) -> Deployment:
     """One :class:`StagePolicy` per replica for policy ``name`` (or ``plan``)."""
     J, replicas = instance.system.clients, instance.system.instances
     if name == "plan":
         return _deploy_plan(instance, plan, router)
     queue_of, timing, needs_assignment = _POLICIES[name]
     if needs_assignment:
-        client_of = offline_assignment(instance, binpacking_time_limit_s, progress)
+        client_of = offline_assignment(instance, progress)
         policies: list[IterationPolicy] = [
             StagePolicy(name, queue_of(_local(client_of, e, J)), timing)
             for e in range(replicas)]
@@ -61,18 +60,13 @@ def deploy(instance: Instance, name: str, *, plan: Mapping[str, Any] | None = No
                              for _ in range(replicas)], router or RoundRobin())
 
 
-def offline_assignment(instance: Instance, time_limit_s: float,
-                       progress: Progress = SILENT) -> dict[int, int]:
-    """The client of every request in the bin packing of eqs 26–30 (Algorithm 1's I_j). When
-    the optimum is proven, the packing is the canonical one at that makespan, so that the
-    replay is the same on every run whatever the machine's load."""
+def offline_assignment(instance: Instance, progress: Progress = SILENT) -> dict[int, int]:
+    """The client of every request in the bin packing of eqs 26–30 (Algorithm 1's I_j), by
+    ``binpacking.reproducible_assignment``: optimal whenever bin completion proves it within
+    its step budget, and in any case the same on every run, whatever the machine's load (a
+    time-limited solve's incumbent would not be)."""
     progress.stage("offline assignment: bin packing (eqs 26–30)")
-    result = binpacking.solve(instance, "auto", time_limit_s, progress)
-    mapping = result.data["assignment"]
-    assign = np.array([int(mapping[rid]) for rid in instance.ids], dtype=np.int64)
-    if result.status == "optimal":
-        assign = binpacking.canonical_assignment(binpacking.BinPacking.from_instance(instance),
-                                                 assign)
+    assign, _ = binpacking.reproducible_assignment(binpacking.BinPacking.from_instance(instance))
     return {i: int(c) for i, c in enumerate(assign)}
 
 

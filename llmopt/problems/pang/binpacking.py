@@ -52,7 +52,7 @@ from llmopt.result import Result
 
 SOLVERS = ("auto", "highs", "cpsat", "heuristic")
 LNS_MIN_BINS = 6  # with fewer clients an LNS group is the whole problem: go to CP-SAT at once
-CANONICAL_STEPS = 3_000_000  # bin completion's budget for the canonical packing (a few s)
+REPRODUCIBLE_STEPS = 5_000_000  # bin completion's budget in reproducible_assignment (seconds)
 
 
 @dataclass(frozen=True)
@@ -558,18 +558,30 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
     return finish("feasible")
 
 
-def canonical_assignment(bp: BinPacking, assign: np.ndarray,
-                         max_steps: int = CANONICAL_STEPS) -> np.ndarray:
-    """An assignment with the makespan of ``assign`` that depends only on the loads: the first
-    packing bin completion finds at that makespan (at once in practice, since the makespan is
-    feasible), within a budget of search steps rather than seconds. Replays use it so that a
-    policy built on the bin packing gives the same schedule on every run and machine; when
-    the budget does not suffice, ``assign`` itself."""
-    makespan = int(bp.loads(assign).max())
-    decision = pcmax_search.fits(bp.weights, bp.bins, makespan, float("inf"), max_steps)
-    if decision.status != "feasible" or decision.assign is None:
-        return assign
-    return np.asarray(decision.assign, dtype=np.int64)
+def reproducible_assignment(bp: BinPacking, max_steps: int = REPRODUCIBLE_STEPS
+                            ) -> tuple[np.ndarray, bool]:
+    """An assignment that depends only on the loads (the same on every run and machine, for
+    replays built on the bin packing): LPT improved by local moves to a local optimum; if that
+    does not meet the closed-form bounds, bin completion at each makespan from the best bound
+    up to the local optimum's, within a budget of search steps shared by all of them (not
+    seconds), and the first packing it finds. Returns it and whether it is proven optimal."""
+    assign = lpt(bp.weights, bp.bins)
+    w = pcmax_bounds.sorted_weights(bp.weights)
+    lower, _, _ = pcmax_bounds.best_bound(w, bp.bins, pcmax_bounds.CHEAP)
+    improve(bp.weights, bp.bins, assign, lower, float("inf"))
+    upper = int(bp.loads(assign).max())
+    if upper > lower:
+        names = pcmax_bounds.STRONG if bp.n <= STRONG_MAX_JOBS else ("mt_l2",)
+        lower = max(lower, pcmax_bounds.best_bound(w, bp.bins, names, stop_at=upper)[0])
+    left = max_steps
+    for makespan in range(lower, upper):
+        decision = pcmax_search.fits(bp.weights, bp.bins, makespan, float("inf"), left)
+        left -= decision.steps
+        if decision.status == "feasible" and decision.assign is not None:
+            return np.asarray(decision.assign, dtype=np.int64), True
+        if decision.status != "infeasible" or left <= 0:
+            return assign, False
+    return assign, True  # every makespan below its own was refuted (or none was left)
 
 
 def _read_cpsat_assignment(x: list[list[cp_model.IntVar]], value) -> np.ndarray:

@@ -52,6 +52,7 @@ class Decision:
     status: str
     assign: np.ndarray | None
     nodes: int
+    steps: int = 0  # completion-generation steps spent (what ``max_steps`` budgets)
 
 
 class _Deadline(Exception):
@@ -75,9 +76,10 @@ def fits(weights: Sequence[int] | np.ndarray, machines: int, capacity: int,
     try:
         bins = search.run()
     except _Deadline:
-        return Decision("unknown", None, search.nodes)
+        return Decision("unknown", None, search.nodes, search.steps)
     if bins is None:
-        return Decision("infeasible" if search.exhaustive else "unknown", None, search.nodes)
+        return Decision("infeasible" if search.exhaustive else "unknown", None, search.nodes,
+                        search.steps)
     # bins hold sizes; give each size back the original jobs of that size
     pool: dict[int, list[int]] = {}
     for i in order:
@@ -86,7 +88,7 @@ def fits(weights: Sequence[int] | np.ndarray, machines: int, capacity: int,
     for b, contents in enumerate(bins):
         for s in contents:
             assign[pool[s].pop()] = b
-    return Decision("feasible", assign, search.nodes)
+    return Decision("feasible", assign, search.nodes, search.steps)
 
 
 class _BinCompletion:

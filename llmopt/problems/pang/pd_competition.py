@@ -62,7 +62,7 @@ def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
 
     plans = []
     for policy in HEURISTIC_POLICIES:
-        plan = plan_from_schedule(problem, replay(instance, policy, binpacking_time_limit_s=10))
+        plan = plan_from_schedule(problem, replay(instance, policy))
         plans.append((plan.total_ms(problem, model), plan))
     grid = best_grid_plan(problem, model, grid_time_s)
     if grid is not None:
