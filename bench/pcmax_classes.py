@@ -19,7 +19,7 @@ instance file is copied), one seed per instance, so optima are not those of the 
   n = 20k; 2.25: m = 8k, n = 18k; 2.5: m = 8k, n = 20k; 2.75: m = 8k, n = 22k; 3: m = 6k,
   n = 18k), k = 1..10, one instance per (class, ratio, k) and seed.
 
-Each instance is solved once (one at a time) through the public ``llmopt.problems.api`` with the
+Each instance is solved once (one at a time) through the public ``llmopt.solve`` with the
 given limit; the time is the wall clock of that call. Per-instance rows go to a JSON-lines file
 (``--out``); the table goes to stdout and, with ``--write-docs``, to the ``pcmax-classes``
 section of docs/benchmarks.md.
@@ -198,7 +198,7 @@ def section_text(args: argparse.Namespace, body: str, count: int) -> str:
             + f"- {count} generated instances"
             + (f" (every {args.every}th of the generated grid)" if args.every > 1 else "")
             + f", per-instance limit {args.limit:g} s, "
-            "one solve at a time; times are wall clock of `llmopt.problems.api` (noisy: the 2-core "
+            "one solve at a time; times are wall clock of `llmopt.solve` (noisy: the 2-core "
             "machine was shared).\n" + "".join(f"- {note}\n" for note in args.note)
             + "\n" + body + "\n")
 

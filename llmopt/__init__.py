@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 
 from llmopt.data.instance import Instance, Request, System, load_instance
 from llmopt.errors import LlmoptError
+from llmopt.policies.replay import replay
 from llmopt.problems.api import solve
 from llmopt.result import Result, read_solution
 
@@ -16,5 +17,6 @@ __all__ = [
     "__version__",
     "load_instance",
     "read_solution",
+    "replay",
     "solve",
 ]

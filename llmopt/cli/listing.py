@@ -3,6 +3,7 @@ profiles, bundled example instances)."""
 
 from __future__ import annotations
 
+import sys
 from importlib.resources import files
 from typing import Annotated
 
@@ -22,13 +23,33 @@ WHAT = ("problems", "policies", "routers", "profiles", "examples")
 def list_(
     what: Annotated[str | None, typer.Argument(
         help=f"One of: {', '.join(WHAT)} (default: all).", show_default=False)] = None,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="Problems, policies and routers as the markdown of the docs.")
+    ] = False,
 ) -> None:
     """List the problems, policies, routers, cost profiles and example instances llmopt
     knows, with the paper and section each implements."""
     if what is not None and what not in WHAT:
         raise OptionError(f"must be one of {', '.join(WHAT)}", field="WHAT", value=what)
+    if markdown:
+        sys.stdout.write(registry_markdown())
+        return
     for table in tables(what):
         out.print(table)
+
+
+def registry_markdown() -> str:
+    """The registries as markdown tables (the docs carry this text)."""
+    lines = ["| problem | profile family | paper | equations | solvers | what |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| `{p.name}` | {p.family} | {p.paper} | {p.equations} | "
+              f"{', '.join(p.solvers)} | {p.summary} |" for p in PROBLEMS.values()]
+    lines += ["", "| policy | profile family | paper | where | what |", "|---|---|---|---|---|"]
+    lines += [f"| `{p.name}` | {p.family} | {p.paper} | {p.where} | {p.summary} |"
+              for p in POLICIES.values()]
+    lines += ["", "| router | what |", "|---|---|"]
+    lines += [f"| `{r.name}` | {r.summary} |" for r in ROUTERS.values()]
+    return "\n".join(lines) + "\n"
 
 
 def tables(what: str | None = None) -> list[Table]:

@@ -15,7 +15,7 @@ from typing import Any
 from llmopt import __version__
 from llmopt.data.instance import Instance
 from llmopt.errors import OptionError
-from llmopt.policies import infermax, pang
+from llmopt.plugins import load
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.progress import SILENT, Progress
@@ -38,10 +38,12 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
         if chosen is not None:
             raise OptionError("a plan of batches fixes its replica; no router applies",
                               field="--router", value=router)
-        return infermax.deploy_plan(instance, plan)
+        return load("llmopt.policies.infermax:deploy_plan")(instance, plan)
     if policy in SCHEDULERS:
-        return infermax.deploy(instance, policy, router=chosen)
-    return pang.deploy(instance, policy, plan=plan, router=chosen, progress=progress)
+        return load("llmopt.policies.infermax:deploy")(instance, policy, router=chosen)
+    # the Pang policies need the bin packing (Pyomo, OR-Tools): loaded when used
+    return load("llmopt.policies.pang:deploy")(instance, policy, plan=plan, router=chosen,
+                                               progress=progress)
 
 
 def mode_of(policy: str, plan: Mapping[str, Any] | None = None) -> str:

@@ -4,7 +4,9 @@ one place each, with the paper and equations they implement. The CLI's choices a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -16,8 +18,8 @@ class ProblemInfo:
     summary: str
     solvers: tuple[str, ...]      # the first is the default
     options: dict[str, str] = field(default_factory=dict)  # its own options and their help
-    solve: str = ""               # "module:function" (instance, solver, time_limit_s, progress,
-    #                               **options) -> Result
+    solve: str | Callable[..., Any] = ""  # "module:function" or the function: (instance,
+    #                               solver, time_limit_s, progress, **options) -> Result
 
 
 @dataclass(frozen=True)
