@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 
 class Progress:
@@ -52,7 +55,7 @@ class ConsoleProgress(Progress):
             except (OSError, ValueError, AttributeError):
                 stream = sys.stderr
         self.console = Console(file=stream, stderr=True)
-        self._status = None
+        self._status: Status | None = None
         self._stage = ""
         self._t0 = time.perf_counter()
         self._best: tuple[float | None, float | None, str] = (None, None, "")

@@ -9,10 +9,10 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from llmopt.backends.common import Outcome, solution_or_none
+from llmopt.backends.common import Ending, Outcome, solution_or_none
 from llmopt.progress import SILENT, Progress
 
-_ENDINGS = {
+_ENDINGS: dict[cp_model.CpSolverStatus, Ending] = {
     cp_model.OPTIMAL: "optimal",
     cp_model.FEASIBLE: "feasible",
     cp_model.INFEASIBLE: "infeasible",
@@ -67,7 +67,7 @@ def solve_cpsat(
     t0 = time.perf_counter()
     status = solver.solve(model, _Reporter(progress, scale, unit))
     runtime = time.perf_counter() - t0
-    ending = _ENDINGS.get(status, "error")
+    ending: Ending = _ENDINGS.get(status, "error")
     objective = solver.objective_value if ending in ("optimal", "feasible") else None
     bound = solver.best_objective_bound if ending != "error" else None
     if ending == "infeasible":

@@ -16,7 +16,7 @@ import pyomo.environ as pyo
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 from pyomo.contrib.solver.solvers.highs import Highs
 
-from llmopt.backends.common import Outcome, solution_or_none
+from llmopt.backends.common import Ending, Outcome, solution_or_none
 from llmopt.progress import SILENT, Progress
 
 
@@ -108,6 +108,7 @@ def solve_highs(
     runtime = time.perf_counter() - t0
     has_solution = res.solution_status in (SolutionStatus.feasible, SolutionStatus.optimal)
     tc = res.termination_condition
+    ending: Ending
     if tc == TerminationCondition.convergenceCriteriaSatisfied and has_solution:
         ending = "optimal"
     elif tc == TerminationCondition.provenInfeasible:

@@ -66,8 +66,8 @@ def tables(what: str | None = None) -> list[Table]:
         elif name == "policies":
             for col in ("policy", "profile family", "paper", "where", "what"):
                 table.add_column(col)
-            for p in POLICIES.values():
-                table.add_row(p.name, p.family, p.paper, p.where, p.summary)
+            for pol in POLICIES.values():
+                table.add_row(pol.name, pol.family, pol.paper, pol.where, pol.summary)
         elif name == "routers":
             for col in ("router", "what"):
                 table.add_column(col)

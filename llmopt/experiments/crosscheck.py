@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -95,15 +96,18 @@ def _below_every_schedule(out: CrossCheck, bounds: list[Bound], runs: list[Run],
                                     f"bound {b.name} = {b.value_ms} ({what})")
 
 
+def _replayed(instance: Instance, policy: str) -> Result:
+    return replay_result(instance, policy)[0]
+
+
 def _pang(instance: Instance, out: CrossCheck, limit: float, small: int) -> None:
     bp = [out.attempt(instance, f"binpacking/{s}",
-                      lambda s=s: solve(instance, "binpacking", s, limit))
+                      partial(solve, instance, "binpacking", s, limit))
           for s in ("auto", "cpsat", "highs")]
     _agree(out, [r for r in bp if r is not None])
     replayed = {}
     for policy in PD_POLICIES:
-        run = out.attempt(instance, f"replay/{policy}",
-                          lambda p=policy: replay_result(instance, p)[0])
+        run = out.attempt(instance, f"replay/{policy}", partial(_replayed, instance, policy))
         if run is not None and run.objective is not None:
             replayed[policy] = run.objective
     replays = [r for r in out.runs if r.label.startswith("replay/")]
@@ -115,8 +119,9 @@ def _pang(instance: Instance, out: CrossCheck, limit: float, small: int) -> None
             variants.append(("original", "highs"))
         for formulation, solver in variants:
             label = f"pd-competition/{formulation}/{solver}/{model}"
-            run = out.attempt(instance, label, lambda f=formulation, s=solver, m=model: solve(
-                instance, "pd-competition", s, limit, formulation=f, time_model=m,
+            run = out.attempt(instance, label, partial(
+                solve, instance, "pd-competition", solver, limit, formulation=formulation,
+                time_model=model,
                 bins=instance.num_requests if instance.num_requests <= small else None))
             if run is None:
                 continue
@@ -142,8 +147,7 @@ def _pang(instance: Instance, out: CrossCheck, limit: float, small: int) -> None
 def _infermax(instance: Instance, out: CrossCheck, limit: float) -> None:
     heuristics = {}
     for name, config in SCHEDULERS.items():
-        run = out.attempt(instance, f"replay/{name}",
-                          lambda n=name: replay_result(instance, n)[0])
+        run = out.attempt(instance, f"replay/{name}", partial(_replayed, instance, name))
         if run is not None and run.objective is not None and not config.unlimited_memory:
             heuristics[name] = run.objective
     feasible = [r for r in out.runs if r.label.startswith("replay/")
@@ -151,8 +155,8 @@ def _infermax(instance: Instance, out: CrossCheck, limit: float) -> None:
     runs: list[Run] = []
     for solver in ("cpsat", "highs"):
         label = f"infermax-csp/{solver}"
-        run = out.attempt(instance, label, lambda s=solver: solve(instance, "infermax-csp", s,
-                                                                  limit))
+        run = out.attempt(instance, label, partial(solve, instance, "infermax-csp", solver,
+                                                   limit))
         if run is None:
             continue
         runs.append(run)

@@ -9,6 +9,7 @@ but not used for gaps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -43,6 +44,7 @@ class Comparison:
         cols = ["schedule", f"total time ({unit})", "utilization", "tokens/s",
                 f"TTFT p50 ({unit})", "TPOT p50 (ms)", f"E2E p50 ({unit})", "gap to bound"]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
         for row in self.table.itertuples(index=False):
             gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
             lines.append(

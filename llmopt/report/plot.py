@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -16,6 +16,9 @@ from matplotlib.axes import Axes
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.files import write_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 
 def _axes(ax: Axes | None, height_for: int) -> Axes:
@@ -84,8 +87,9 @@ def save(ax: Axes, path: Path, dpi: int = 120) -> Path:
     import io
 
     buf = io.BytesIO()
-    ax.figure.savefig(buf, format="png", dpi=dpi)
-    plt.close(ax.figure)
+    figure = ax.figure.figure  # the root figure (an axes may sit on a subfigure)
+    figure.savefig(buf, format="png", dpi=dpi)
+    plt.close(figure)
     write_atomic(path, buf.getvalue())
     return path
 
@@ -138,8 +142,8 @@ def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
         _draw_rectangles(ax, x0, x1, y, code, rows)
     else:
         _draw_raster(ax, x0, x1, y, code, rows, xmax)
-    handles = [Patch(color=PHASE_COLORS[p], label=p) for p in PHASE_COLORS
-               if p in set(segments["phase"])]
+    handles: list[Artist] = [Patch(color=PHASE_COLORS[p], label=p) for p in PHASE_COLORS
+                             if p in set(segments["phase"])]
     if by_request and len(evicts):
         ey = evicts["request"].map(order).to_numpy(dtype=float)
         ax.scatter(evicts["start_ms"].to_numpy(dtype=float) / div, ey, marker="X", s=60,
@@ -174,12 +178,16 @@ def _draw_rectangles(ax: Axes, x0, x1, y, code, rows: int) -> None:
     h = 0.42 if rows <= 40 else 0.5
     verts = np.stack([np.stack([x0, y - h], 1), np.stack([x0, y + h], 1),
                       np.stack([x1, y + h], 1), np.stack([x1, y - h], 1)], 1)
-    ax.add_collection(PolyCollection(verts, facecolors=_palette()[code], edgecolors="none",
+    # matplotlib's stubs want a sequence of polygons; an (N, 4, 2) array is accepted (its fast
+    # path)
+    ax.add_collection(PolyCollection(verts,  # type: ignore[arg-type]
+                                     facecolors=_palette()[code], edgecolors="none",
                                      antialiased=rows <= 60))
 
 
 def _draw_raster(ax: Axes, x0, x1, y, code, rows: int, xmax: float) -> None:
-    width = int(ax.figure.get_size_inches()[0] * ax.figure.dpi * 1.5)
+    figure = ax.figure.figure  # the root figure (an axes may sit on a subfigure)
+    width = int(figure.get_size_inches()[0] * figure.dpi * 1.5)
     scale = width / xmax
     p0 = np.clip((x0 * scale).astype(np.int64), 0, width - 1)
     p1 = np.clip(np.maximum((x1 * scale).astype(np.int64), p0 + 1), 1, width)

@@ -109,7 +109,7 @@ class DecodeStream:
         """Members whose next decode needs a new KV (m + 1 > m_reserve)."""
         return self.grow_count
 
-    def need_of_each(self) -> dict[int, bool]:
+    def need_of_each(self) -> dict[int, int]:
         """For each member, whether its next decode needs a new KV."""
         growing = self.growing
         return {i: growing[i] for i in self.members}
@@ -157,7 +157,8 @@ class DecodeStream:
         self.G += len(starts) - 1
         return self.step(float(starts[-1]), float(ends[-1]))
 
-    def segments(self, block: int = 4096) -> tuple[np.ndarray, ...]:
+    def segments(self, block: int = 4096
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Decode segments of every closed tenure: request, client, start, end, tokens (tenures
         are expanded ``block`` at a time, so that only the output is full-size)."""
         tenures = np.asarray(self.tenures, dtype=np.int32).reshape(-1, 4)

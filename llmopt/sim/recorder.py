@@ -118,7 +118,7 @@ class Recorder:
                                                  categories=pd.Index(ids)),
             "client": columns.pop("client"),
             "instance": np.full(len(order), self.instance, dtype=np.int32),
-            "phase": pd.Categorical.from_codes(columns.pop("phase"), categories=PHASES),
+            "phase": pd.Categorical.from_codes(columns.pop("phase"), categories=pd.Index(PHASES)),
             **columns,
         }, copy=False)[SEGMENT_COLUMNS]
 
@@ -127,15 +127,15 @@ class Recorder:
         self._flush_rows()
         if not self._iter:
             return pd.DataFrame(columns=ITERATION_COLUMNS)
-        k, start, end, phase, bs, pt, dt, kv, ev, run = zip(*self._iter, strict=True)
+        lens, start, end, phase, bs, pt, dt, kv, ev, run = zip(*self._iter, strict=True)
         self._iter = []
-        k = np.asarray(k)
+        k = np.asarray(lens)
         starts = _expand(list(start), k, float)
         order = np.argsort(starts, kind="stable")
         cols = {"instance": np.full(len(order), self.instance, dtype=np.int32),
                 "start_ms": starts[order], "end_ms": _expand(list(end), k, float)[order],
                 "phase": pd.Categorical.from_codes(_expand(list(phase), k, np.int8)[order],
-                                                   categories=_ITER_PHASES)}
+                                                   categories=pd.Index(_ITER_PHASES))}
         del starts
         for name, values, dtype in (("batch_size", bs, np.int32), ("prefill_tokens", pt, np.int32),
                                     ("decode_tokens", dt, np.int32), ("kv_tokens", kv, np.int64),

@@ -29,11 +29,12 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import pandas as pd
 
+from llmopt.data.cost.base import IterationCosts
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.sim.batch import Batch
@@ -140,8 +141,9 @@ class Replica:
     def __init__(self, index: int, instance: Instance, state: RequestState,
                  policy: IterationPolicy, rank_of: list[int], by_rank: list[int],
                  fast: bool = True) -> None:
-        self.index, self.instance, self.profile, self.policy = (index, instance,
-                                                                instance.profile, policy)
+        self.index, self.instance, self.policy = index, instance, policy
+        # a family that times iterations: the policy's check() rejects the others before the run
+        self.profile = cast(IterationCosts, instance.profile)
         limits = resolve_limits(instance)
         self.J = limits.clients
         self.C: float = limits.batch_tokens or math.inf
@@ -489,7 +491,7 @@ class Replica:
 
     def tables(self, ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Segments and iterations of this replica (decode segments built from the stream)."""
-        decodes = list(self.stream.segments())
+        decodes = self.stream.segments()
         self.rec.segments(*decodes[:2], "decode", *decodes[2:])
         del decodes  # the recorder holds them now, and releases them as it builds the table
         ends = self.stream.ends

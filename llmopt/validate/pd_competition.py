@@ -64,7 +64,8 @@ def _costs(instance: Instance, model: str
     """(stage cost by prompt tokens, cost per decode round, constant, largest stage)."""
     profile = instance.profile
     pre, dec = getattr(profile, "prefill", None), getattr(profile, "decode", None)
-    if pre is None or not hasattr(pre, "overhead_ms") or not hasattr(dec, "per_client_ms"):
+    if (pre is None or dec is None or not hasattr(pre, "overhead_ms")
+            or not hasattr(dec, "per_client_ms")):
         return f"profile {profile.name} has no PD-competition stage times"
     levels = stage_levels(instance)
     if levels is None:
@@ -115,7 +116,8 @@ def _check_plan(instance: Instance, sol: dict[str, Any], checked: Checked) -> li
     J = instance.system.clients
     first = work.groupby("request", observed=True).agg(
         start=("start_ms", "min"), client=("client", "first"), instance=("instance", "first"))
-    client_of = {rid: int(row.instance) * J + int(row.client) for rid, row in first.iterrows()}
+    client_of = {str(rid): int(row.instance) * J + int(row.client)
+                 for rid, row in first.iterrows()}
     assignment = sol.get("assignment")
     if assignment is not None and assignment != client_of:
         wrong = (sorted(set(assignment) ^ set(client_of))

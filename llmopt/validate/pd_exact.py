@@ -77,7 +77,8 @@ def greedy_total(inp: Sequence[int], out: Sequence[int], clients: int, cap: int,
     running: list[tuple[int, int]] = []  # (decode end, KV reserved)
     position, cost = 0, 0.0
     while waiting:
-        group, tokens = [], 0
+        group: list[int] = []
+        tokens = 0
         reserved = sum(r for _, r in running)
         for i in waiting:
             if (len(running) + len(group) < clients and tokens + inp[i] <= cap

@@ -216,6 +216,7 @@ def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool) -> 
         if rid not in tokens.index:
             continue
         row = tokens.loc[rid]
+        assert isinstance(row, pd.Series)  # one row: the pivot table's index is unique
         got = {p: int(row.get(p, 0)) for p in PHASES}
         if continuous:
             need = req.input_tokens + req.output_tokens - 1 + got["evict"]
@@ -396,13 +397,13 @@ def _composition(part: pd.DataFrame, R: int) -> dict[str, np.ndarray]:
 
     def ranges(mask: np.ndarray, weight: np.ndarray | float = 1.0) -> np.ndarray:
         acc = np.zeros(R + 1)
-        np.add.at(acc, a[mask], weight if np.isscalar(weight) else weight[mask])
-        np.add.at(acc, b[mask] + 1, -(weight if np.isscalar(weight) else weight[mask]))
+        np.add.at(acc, a[mask], weight[mask] if isinstance(weight, np.ndarray) else weight)
+        np.add.at(acc, b[mask] + 1, -(weight[mask] if isinstance(weight, np.ndarray) else weight))
         return np.cumsum(acc)[:R]
 
     def at_b(mask: np.ndarray, weight: np.ndarray | float = 1.0) -> np.ndarray:
         acc = np.zeros(R + 1)
-        np.add.at(acc, b[mask], weight if np.isscalar(weight) else weight[mask])
+        np.add.at(acc, b[mask], weight[mask] if isinstance(weight, np.ndarray) else weight)
         return acc[:R]
 
     decoding = ranges(decode)
@@ -474,7 +475,8 @@ def _check_iterations(instance: Instance, its: pd.DataFrame, comp: dict[str, np.
                                                         None)
         P = instance.system.max_prefill_tokens
         for limit, key, name in ((C, "tokens", "C"), (P, "prefill_tokens", "P")):
-            over = np.flatnonzero(comp[key] > limit) if limit is not None else []
+            over: np.ndarray | list[int] = (np.flatnonzero(comp[key] > limit)
+                                            if limit is not None else [])
             if len(over):
                 r = int(over[0])
                 reasons.append(f"instance {inst}: the iteration at "
@@ -534,7 +536,8 @@ def expected_durations(instance: Instance, comp: dict[str, np.ndarray],
                         + p.prefill_attention_ms * comp["units"]
                         + p.per_prefill_request_ms * comp["chunks"], 0.0)
     pre, dec = getattr(profile, "prefill", None), getattr(profile, "decode", None)
-    if pre is None or not hasattr(pre, "overhead_ms") or not hasattr(dec, "per_client_ms"):
+    if (pre is None or dec is None or not hasattr(pre, "overhead_ms")
+            or not hasattr(dec, "per_client_ms")):
         return f"profile {profile.name} has no PD-competition stage times"
     tokens = comp["prefill_tokens"]
     is_prefill = tokens > 0

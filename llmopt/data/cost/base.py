@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,3 +22,13 @@ class CostProfile(_Strict):
 
     def describe(self) -> str:
         return f"{self.name} ({self.family})"
+
+
+class IterationCosts(Protocol):
+    """What the simulation reads of a profile: the families that time iterations (infermax,
+    pang_linear) have it."""
+
+    def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
+                     chunks: int) -> float: ...
+
+    def decode_iteration_costs(self, decodes: int) -> tuple[float, float]: ...

@@ -37,7 +37,7 @@ class UnifiedScheduler(IterationPolicy):
         self.unlimited_memory = config.unlimited_memory
         self.tracks_decode_ranks = config.groups == "rank"
         self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
-        self.P = 0
+        self.P: float = 0
 
     # ------------------------------------------------------------------ setup
 
@@ -135,7 +135,9 @@ class UnifiedScheduler(IterationPolicy):
         prefill, tokens = b.prefill, b.tokens
         remaining = r.S[i] - r.m[i]
         c = min(remaining, prefill, tokens) if self.cfg.chunked else remaining
-        return c if 0 < c <= prefill and c <= tokens else 0
+        # an int: the budgets are typed float only to hold math.inf, and a finite budget is an
+        # int (no cast: this runs for every candidate of every batch)
+        return c if 0 < c <= prefill and c <= tokens else 0  # type: ignore[return-value]
 
     def _admit_waiting(self, r: Replica, b: Batch) -> None:
         """Waiting requests in priority order while they fit; the first that does not blocks

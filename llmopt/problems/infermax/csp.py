@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -71,6 +71,9 @@ from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.sim.cluster import simulate
 
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model import CpModel, IntVar, LinearExpr
+
 SOLVERS = ("auto", "cpsat", "highs")
 def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
                 upper_ms: float | None = None):
@@ -82,21 +85,29 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     big_t = int((upper_ms or 1e7) * data.scale * 2) + 1
     kv_cap = [int(data.I[i] + data.O[i] - 1) for i in range(n)]
     generation_bound = data.generation_cap_applies()
-    S = [[None] * (N + 1) for _ in range(n)]
-    m = [[None] * (N + 1) for _ in range(n)]
-    c = [[None] * (N + 1) for _ in range(n)]
-    e = [[None] * (N + 1) for _ in range(n)]
-    dec = [[None] * (N + 1) for _ in range(n)]
-    pre = [[None] * (N + 1) for _ in range(n)]
-    done = [[None] * (N + 1) for _ in range(n)]
+    # variables by request and batch, filled in place below (IntVar; c, e, dec and pre have
+    # none at batch 0, the initial state, and keep None there)
+    S: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
+    m: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
+    c: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
+    e: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
+    dec: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
+    pre: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
+    done: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
     start = [md.new_int_var(0, big_t, f"start{j}") for j in range(N + 1)]
     end = [md.new_int_var(0, big_t, f"end{j}") for j in range(N + 1)]
     md.add(end[0] == 0)
-    tokens_j, units_j, kvr_j, chunks_j, occ_j, ptok_j, gheld_j, score_j = (
-        [[] for _ in range(N + 1)] for _ in range(8))
-    occ_i: list[list] = [[] for _ in range(n)]
-    freed_i: list[list] = [[] for _ in range(n)]
-    later_i: list[list] = [[] for _ in range(n)]
+    tokens_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
+    units_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
+    kvr_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
+    chunks_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
+    occ_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
+    ptok_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
+    gheld_j: list[list[LinearExpr]] = [[] for _ in range(N + 1)]
+    score_j: list[list[LinearExpr]] = [[] for _ in range(N + 1)]
+    occ_i: list[list[IntVar]] = [[] for _ in range(n)]
+    freed_i: list[list[IntVar]] = [[] for _ in range(n)]
+    later_i: list[list[IntVar]] = [[] for _ in range(n)]
     for i in range(n):
         Ii, Oi = int(data.I[i]), int(data.O[i])
         S[i][0] = md.new_constant(Ii)
@@ -219,7 +230,7 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
         md.add(tok <= data.C * ne)                                      # (4)
         md.add(sum(occ_j[j]) <= data.M * ne)                            # (4), held only while busy
         md.add(sum(gheld_j[j]) <= data.M)
-        if generation_bound:
+        if score_cap is not None:                                       # generation_bound
             md.add(sum(score_j[j]) <= score_cap * ne)
         md.add(sum(ptok_j[j]) <= data.P)                                # chunked prefill budget
         md.add(tok >= 1).only_enforce_if(ne)
@@ -249,7 +260,7 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     return md, {"c": c, "e": e, "m": m, "dec": dec, "end": end, "start": start}
 
 
-def _lex_at_least(md, xs: list, ys: list) -> None:
+def _lex_at_least(md: CpModel, xs: list[IntVar], ys: list[IntVar]) -> None:
     """xs ≥ ys lexicographically: at the first batch where the two differ, xs is ahead."""
     equal_so_far = None
     for x, y in zip(xs, ys, strict=True):
@@ -266,7 +277,7 @@ def _lex_at_least(md, xs: list, ys: list) -> None:
         equal_so_far = equal
 
 
-def _hint(md, data: CSPData, plan: list[dict[str, Any]], N: int, var: dict) -> None:
+def _hint(md: CpModel, data: CSPData, plan: list[dict[str, Any]], N: int, var: dict) -> None:
     tr = trajectories(data, plan + [{"evict": [], "prefill": {}, "decode": []}] * (N - len(plan)))
     row = list(range(data.n))       # renumbered to meet the lexicographic symmetry break
     for members in data.interchangeable_groups():

@@ -184,7 +184,7 @@ def warm_start(m: pyo.ConcreteModel, data: CSPData, plan: list[dict[str, Any]],
                N: int) -> pyo.ComponentMap:
     """Values of every variable of ``m`` for the batch ``plan`` (padded with empty batches),
     completed so that the start is feasible; HiGHS takes it as its first incumbent."""
-    empty = {"evict": [], "prefill": {}, "decode": []}
+    empty: dict[str, Any] = {"evict": [], "prefill": {}, "decode": []}
     tr = trajectories(data, plan + [empty] * (N - len(plan)))
     S, mem, c, g, e = tr["S"], tr["m"], tr["c"], tr["g"], tr["e"]
     offline = not (data.T > 0).any()

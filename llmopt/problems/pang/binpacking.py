@@ -242,7 +242,7 @@ def group_lns(weights: np.ndarray, bins: int, assign: np.ndarray, target: int, d
         hot = int(rng.choice(np.flatnonzero(load == top)))
         others = np.array([j for j in range(bins) if j != hot])
         slack = np.maximum(top - 1 - load[others], 0).astype(float) + 0.1
-        size = int(min(rng.integers(2, 6), len(others)))
+        size = min(int(rng.integers(2, 6)), len(others))
         group = [hot, *rng.choice(others, size=size, replace=False, p=slack / slack.sum())]
         members = np.flatnonzero(np.isin(assign, group))
         members = members[np.argsort(-w[members], kind="stable")]
@@ -478,6 +478,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                     slice_s = min(slice_s, BC_FIRST_S)
                 slice_end = start + slice_s
                 first_round = False
+                decision: pcmax_search.Decision | pcmax_arcflow.ArcFlowDecision
                 decision = pcmax_search.fits(bp.weights, bp.bins, t, slice_end)
                 if decision.status == "feasible":
                     assign[:] = decision.assign
@@ -589,7 +590,7 @@ def _read_cpsat_assignment(x: list[list[cp_model.IntVar]], value) -> np.ndarray:
 
 
 def _read_pyomo_assignment(m: pyo.ConcreteModel, bp: BinPacking, value) -> np.ndarray:
-    return np.array([max(range(bp.bins), key=lambda j, i=i: value(m.x[i, j]))
+    return np.array([max(range(bp.bins), key=lambda j: value(m.x[i, j]))
                      for i in range(bp.n)], dtype=np.int64)
 
 

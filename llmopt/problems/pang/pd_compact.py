@@ -153,7 +153,7 @@ def plan_from_bins(problem: PDProblem, bin_of: np.ndarray, source: str) -> Plan:
     """Plan from a bin per request: bins in order, clients by interval colouring, decode
     positions as early as the clients allow (never later than the model's)."""
     K = int(bin_of.max()) + 1
-    members = [list(np.flatnonzero(bin_of == k)) for k in range(K)]
+    members = [np.flatnonzero(bin_of == k).tolist() for k in range(K)]
     members = [m for m in members if m]
     return earliest_plan(problem, members, None, source=source)
 
@@ -208,5 +208,5 @@ def build_highs(problem: PDProblem, bins: int, model: str = "stage", *,
 
 
 def highs_bins(m: pyo.ConcreteModel, problem: PDProblem, bins: int, value) -> np.ndarray:
-    return np.array([max(range(bins), key=lambda k, i=i: value(m.b[i, k]))
+    return np.array([max(range(bins), key=lambda k: value(m.b[i, k]))
                      for i in range(problem.n)], dtype=np.int64)

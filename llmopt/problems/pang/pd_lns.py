@@ -133,7 +133,7 @@ def improve_plan(problem: PDProblem, plan: Plan, model: str, deadline: float, *,
             bin_of = best.bin_of(problem.n)
             for i, bools in choice.items():
                 bin_of[i] = next(k for k, v in zip(win, bools, strict=True) if solver.value(v))
-            members = [list(np.flatnonzero(bin_of == k)) for k in range(K)]
+            members = [np.flatnonzero(bin_of == k).tolist() for k in range(K)]
             candidate = _compact(problem, earliest_plan(problem, members, None,
                                                         source=best.source))
             total = candidate.total_ms(problem, model)

@@ -281,7 +281,7 @@ def stage_schedule(problem: PDProblem, plan: Plan) -> Schedule:
             kv -= int((problem.inp[done] + problem.out[done]).sum())
             t += problem.t_round
         t0 = t - (hi - lo) * problem.t_round
-        for i in active:
+        for i in active.tolist():
             a, b = max(start[i], lo), min(end[i], hi)
             if b > a:
                 s = t0 + (a - lo) * problem.t_round
