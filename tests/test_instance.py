@@ -10,6 +10,7 @@ import pytest
 from conftest import SHARED_DATA, TOY
 from llmopt.data.cost import BilinearProfile, PangLinearProfile, load_profile
 from llmopt.data.instance import load_instance
+from llmopt.errors import InstanceError
 
 HEAD = "name: t\nmodel: pang-llama65b-ascend8\nsystem: {clients: 4}\n"
 
@@ -72,6 +73,43 @@ def test_jsonl_trace_with_start_and_limit(write_yaml, tmp_path):
     inst = load_instance(write_yaml(HEAD + "requests: {trace: t.jsonl, start: 2, limit: 3}\n"))
     assert inst.ids == ["q2", "q3", "q4"]
     assert list(inst.arrival_ms) == [0.0, 100.0, 200.0]
+
+
+def test_mooncake_jsonl_is_recognised_and_read(write_yaml, tmp_path):
+    lines = [json.dumps({"timestamp": 3000 + 250 * i, "input_length": 6000 + i,
+                         "output_length": 400 + i, "hash_ids": [0, 10 + i]}) for i in range(3)]
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    auto = load_instance(write_yaml(HEAD + "requests: {trace: m.jsonl}\n", "auto.yaml"))
+    named = load_instance(write_yaml(HEAD + "requests: {trace: m.jsonl, format: mooncake}\n",
+                                     "named.yaml"))
+    for inst in (auto, named):
+        assert list(inst.input_tokens) == [6000, 6001, 6002]
+        assert list(inst.output_tokens) == [400, 401, 402]
+        assert list(inst.arrival_ms) == [0.0, 250.0, 500.0]
+
+
+def test_length_table_without_arrivals_arrives_at_zero(write_yaml, tmp_path):
+    (tmp_path / "lengths.csv").write_text(
+        "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n3772,54,3826,69.8\n"
+        "2015,156,2171,12.9\n")
+    inst = load_instance(write_yaml(HEAD + "requests: {trace: lengths.csv, format: vidur}\n"))
+    assert list(inst.input_tokens) == [3772, 2015] and list(inst.arrival_ms) == [0.0, 0.0]
+
+
+def test_unknown_trace_format_names_the_known_ones(write_yaml, tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"input_tokens": 3, "output_tokens": 2}\n')
+    with pytest.raises(InstanceError, match=r"requests\.format.*one of: auto, azure, vidur"):
+        load_instance(write_yaml(HEAD + "requests: {trace: m.jsonl, format: moon}\n"))
+
+
+@pytest.mark.parametrize("name", ["mooncake_conversation.jsonl", "mooncake_synthetic.jsonl",
+                                  "arxiv_summarization_lengths_vidur.csv"])
+def test_shared_traces_load(write_yaml, name):
+    trace = SHARED_DATA / "traces" / name
+    if not trace.exists():
+        pytest.skip("../shared/data is not beside the project")
+    inst = load_instance(write_yaml(HEAD + f"requests: {{trace: {trace}, limit: 50}}\n"))
+    assert inst.num_requests == 50 and inst.input_tokens.min() >= 1
 
 
 def test_shared_azure_trace_sample(write_yaml):

@@ -12,11 +12,12 @@ from rich.table import Table
 
 from llmopt.cli.common import command, out
 from llmopt.data.cost import available_profiles
+from llmopt.data.traces import TRACE_FORMATS
 from llmopt.errors import OptionError
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import FAMILIES, PROBLEMS
 
-WHAT = ("problems", "policies", "routers", "profiles", "examples")
+WHAT = ("problems", "policies", "routers", "traces", "profiles", "examples")
 
 
 @command
@@ -24,11 +25,12 @@ def list_(
     what: Annotated[str | None, typer.Argument(
         help=f"One of: {', '.join(WHAT)} (default: all).", show_default=False)] = None,
     markdown: Annotated[bool, typer.Option(
-        "--markdown", help="Problems, policies and routers as the markdown of the docs.")
+        "--markdown", help="Problems, policies, routers and trace formats as the markdown of "
+        "the docs.")
     ] = False,
 ) -> None:
-    """List the problems, policies, routers, cost profiles and example instances llmopt
-    knows, with the paper and section each implements."""
+    """List the problems, policies, routers, trace formats, cost profiles and example
+    instances llmopt knows, with the paper and section each implements."""
     if what is not None and what not in WHAT:
         raise OptionError(f"must be one of {', '.join(WHAT)}", field="WHAT", value=what)
     if markdown:
@@ -49,6 +51,8 @@ def registry_markdown() -> str:
               for p in POLICIES.values()]
     lines += ["", "| router | what |", "|---|---|"]
     lines += [f"| `{r.name}` | {r.summary} |" for r in ROUTERS.values()]
+    lines += ["", "| trace format | source | columns |", "|---|---|---|"]
+    lines += [f"| `{t.name}` | {t.source} | {t.columns} |" for t in TRACE_FORMATS.values()]
     return "\n".join(lines) + "\n"
 
 
@@ -73,6 +77,11 @@ def tables(what: str | None = None) -> list[Table]:
                 table.add_column(col)
             for r in ROUTERS.values():
                 table.add_row(r.name, r.summary)
+        elif name == "traces":
+            for col in ("trace format", "source", "columns"):
+                table.add_column(col)
+            for t in TRACE_FORMATS.values():
+                table.add_row(t.name, t.source, t.columns)
         elif name == "profiles":
             for col in ("profile", "bounds of its family", "exact problem"):
                 table.add_column(col)

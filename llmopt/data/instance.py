@@ -21,10 +21,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    StrictInt,
+    field_validator,
+)
 
 from llmopt.data.cost import CostProfile, load_profile
-from llmopt.data.traces import read_trace
+from llmopt.data.traces import TRACE_FORMATS, read_trace
 from llmopt.errors import InstanceError, LlmoptError
 from llmopt.files import load_yaml_mapping, sha256_of, validated
 
@@ -123,9 +131,17 @@ class GeneratorSpec(_Strict):
 
 class TraceSpec(_Strict):
     trace: str = Field(min_length=1)
-    format: Literal["azure", "vidur", "jsonl", "auto"] = "auto"
+    format: str = "auto"
     start: Annotated[StrictInt, Field(ge=0)] = 0
     limit: PositiveInt | None = None
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value != "auto" and value not in TRACE_FORMATS:
+            raise ValueError("unknown trace format (one of: auto, "
+                             f"{', '.join(TRACE_FORMATS)})")
+        return value
 
 
 class _GenerateDoc(_Strict):

@@ -1,19 +1,13 @@
-"""Request traces: Azure LLM inference trace (raw or as published by Vidur) and JSON lines.
-
-Accepted column sets
---------------------
-``azure``/``vidur`` CSV
-    ``arrived_at`` (s), ``num_prefill_tokens``, ``num_decode_tokens`` (Vidur's processed trace), or
-    ``TIMESTAMP`` (date-time), ``ContextTokens``, ``GeneratedTokens`` (raw Azure Public Dataset).
-``jsonl``
-    one object a line: ``input_tokens``, ``output_tokens``, optionally ``id`` and ``arrival_ms``.
-
-Arrivals are rebased so that the first selected request arrives at 0 ms.
+"""Request traces, one registered reader per format (``TRACE_FORMATS``): the Azure LLM inference
+trace raw or as published by Vidur, Vidur's length tables, Mooncake's JSON lines, and llmopt's own
+JSON lines. Arrivals are rebased so that the first selected request arrives at 0 ms.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +18,15 @@ from llmopt.errors import TraceError
 
 VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    name: str
+    source: str
+    columns: str
+    read: Callable[[Path], pd.DataFrame]   # -> columns id, input_tokens, output_tokens, arrival_ms
 
 
 def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | None = None
@@ -32,22 +35,38 @@ def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | No
     if not path.is_file():
         raise TraceError("trace file not found", file=path)
     if fmt == "auto":
-        fmt = "jsonl" if path.suffix in (".jsonl", ".ndjson") else "azure"
-    frame = _read_jsonl(path) if fmt == "jsonl" else _read_azure_csv(path)
+        fmt = _guess_format(path)
+    if fmt not in TRACE_FORMATS:
+        raise TraceError(f"unknown trace format (one of: auto, {', '.join(TRACE_FORMATS)})",
+                         file=path, field="format", value=fmt)
+    frame = TRACE_FORMATS[fmt].read(path)
     frame = frame.iloc[start: None if limit is None else start + limit]
     if frame.empty:
         raise TraceError("no requests selected (check start/limit)", file=path)
     return _rows(frame, path)
 
 
-def _read_azure_csv(path: Path) -> pd.DataFrame:
+def _guess_format(path: Path) -> str:
+    if path.suffix not in (".jsonl", ".ndjson"):
+        return "azure"
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        first = next((line for line in fh if line.strip()), "")
+    try:
+        keys = json.loads(first)
+    except json.JSONDecodeError:
+        return "jsonl"
+    return "mooncake" if isinstance(keys, dict) and "input_length" in keys else "jsonl"
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
     try:
         raw = pd.read_csv(path, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise TraceError(f"cannot parse CSV: {exc}".splitlines()[0], file=path) from exc
     cols = set(raw.columns)
-    if set(VIDUR_COLUMNS) <= cols:
-        arrival_ms = _numeric(raw["arrived_at"], path, "arrived_at") * 1000.0
+    if set(VIDUR_COLUMNS[1:]) <= cols:
+        arrival_ms = (_numeric(raw["arrived_at"], path, "arrived_at") * 1000.0
+                      if "arrived_at" in cols else pd.Series(np.zeros(len(raw))))
         inp, out = raw["num_prefill_tokens"], raw["num_decode_tokens"]
         names = VIDUR_COLUMNS[1:]
     elif set(AZURE_COLUMNS) <= cols:
@@ -61,7 +80,7 @@ def _read_azure_csv(path: Path) -> pd.DataFrame:
         names = AZURE_COLUMNS[1:]
     else:
         raise TraceError(
-            "wrong columns: expected arrived_at,num_prefill_tokens,num_decode_tokens or "
+            "wrong columns: expected [arrived_at,]num_prefill_tokens,num_decode_tokens or "
             "TIMESTAMP,ContextTokens,GeneratedTokens",
             file=path, field="columns", value=list(raw.columns),
         )
@@ -74,6 +93,21 @@ def _read_azure_csv(path: Path) -> pd.DataFrame:
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
+    frame = _read_jsonl_records(path)
+    _require(frame, ("input_tokens", "output_tokens"), path)
+    ids = (frame["id"].astype(str) if "id" in frame
+           else pd.Series([f"r{i}" for i in range(len(frame))]))
+    arrival = (_numeric(frame["arrival_ms"], path, "arrival_ms") if "arrival_ms" in frame
+               else pd.Series(np.zeros(len(frame))))
+    return pd.DataFrame({
+        "id": ids.to_numpy(),
+        "input_tokens": _tokens(frame["input_tokens"], path, "input_tokens"),
+        "output_tokens": _tokens(frame["output_tokens"], path, "output_tokens"),
+        "arrival_ms": arrival.to_numpy(dtype=float),
+    })
+
+
+def _read_jsonl_records(path: Path) -> pd.DataFrame:
     records = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -90,20 +124,24 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             records.append(obj)
     if not records:
         raise TraceError("trace is empty", file=path)
-    frame = pd.DataFrame.from_records(records)
-    for col in ("input_tokens", "output_tokens"):
+    return pd.DataFrame.from_records(records)
+
+
+def _require(frame: pd.DataFrame, keys: tuple[str, ...], path: Path) -> None:
+    for col in keys:
         if col not in frame:
             raise TraceError(f"missing key {col!r}", file=path, field="columns",
                              value=list(frame.columns))
-    ids = (frame["id"].astype(str) if "id" in frame
-           else pd.Series([f"r{i}" for i in range(len(frame))]))
-    arrival = (_numeric(frame["arrival_ms"], path, "arrival_ms") if "arrival_ms" in frame
-               else pd.Series(np.zeros(len(frame))))
+
+
+def _read_mooncake(path: Path) -> pd.DataFrame:
+    frame = _read_jsonl_records(path)
+    _require(frame, MOONCAKE_KEYS, path)
     return pd.DataFrame({
-        "id": ids.to_numpy(),
-        "input_tokens": _tokens(frame["input_tokens"], path, "input_tokens"),
-        "output_tokens": _tokens(frame["output_tokens"], path, "output_tokens"),
-        "arrival_ms": arrival.to_numpy(dtype=float),
+        "id": [f"r{i}" for i in range(len(frame))],
+        "input_tokens": _tokens(frame["input_length"], path, "input_length"),
+        "output_tokens": _tokens(frame["output_length"], path, "output_length"),
+        "arrival_ms": _numeric(frame["timestamp"], path, "timestamp").to_numpy(dtype=float),
     })
 
 
@@ -138,3 +176,20 @@ def _rows(frame: pd.DataFrame, path: Path) -> list[dict[str, Any]]:
         for i, a, b, t in zip(frame["id"], frame["input_tokens"], frame["output_tokens"],
                               arrival, strict=True)
     ]
+
+
+TRACE_FORMATS: dict[str, TraceFormat] = {
+    f.name: f for f in [
+        TraceFormat("azure", "Azure LLM inference trace 2023 (Azure Public Dataset), raw or as "
+                    "processed by Vidur", "TIMESTAMP, ContextTokens, GeneratedTokens; or "
+                    "arrived_at (s), num_prefill_tokens, num_decode_tokens", _read_csv),
+        TraceFormat("vidur", "Vidur's processed traces and length tables (e.g. arXiv "
+                    "summarization)", "[arrived_at (s),] num_prefill_tokens, num_decode_tokens "
+                    "(all arrive at 0 ms without arrived_at)", _read_csv),
+        TraceFormat("mooncake", "Mooncake FAST'25 traces (kvcache-ai/Mooncake); prefix hash ids "
+                    "are not read", "JSON lines: timestamp (ms), input_length, output_length",
+                    _read_mooncake),
+        TraceFormat("jsonl", "llmopt's own", "JSON lines: input_tokens, output_tokens, "
+                    "optionally id and arrival_ms", _read_jsonl),
+    ]
+}
