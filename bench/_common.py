@@ -50,6 +50,14 @@ def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     path.write_text(text)
 
 
+def publish(write: bool, name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
+    """Print a section's text and, with ``--write-docs``, put it into ``path``."""
+    print(body, flush=True)
+    if write:
+        update_section(name, body, path)
+        print(f"wrote section {name!r} of {os.path.relpath(path, ROOT)}", flush=True)
+
+
 def python_loop_s() -> float:
     """Seconds for 10⁷ iterations of a Python loop: how fast this machine was at the time (a
     shared VM's speed varies by 2–3× over a day)."""

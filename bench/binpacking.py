@@ -14,8 +14,9 @@ import statistics
 import time
 
 import numpy as np
-from _common import command_line, gsm8k_like, header, update_section
+from _common import command_line, header, publish
 
+from llmopt.experiments.case_study import gsm8k_like
 from llmopt.problems.api import solve
 from llmopt.problems.pang import binpacking as bpk
 
@@ -79,9 +80,7 @@ def main() -> None:
         "plain Pyomo + HiGHS, eqs 26–30 |\n|---|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n"
     )
-    print(body)
-    if args.write_docs:
-        update_section("binpacking", body)
+    publish(args.write_docs, "binpacking", body)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import argparse
 import collections
 import time
 
-from _common import command_line, header, update_section
+from _common import command_line, header, publish
 
 from llmopt.experiments.crosscheck import cross_check, random_infermax_instance, random_pd_instance
 
@@ -84,9 +84,7 @@ def main() -> None:
         + ("\nFindings:\n\n" + "\n".join(f"- {f}" for f in findings[:50]) + "\n"
            if findings else "")
     )
-    print(body)
-    if args.write_docs:
-        update_section("crosscheck", body)
+    publish(args.write_docs, "crosscheck", body)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from _common import ROOT, command_line, header, python_loop_s, update_section
+from _common import ROOT, command_line, header, publish, python_loop_s
 
 INSTANCE = ROOT / "instances" / "paper" / "azure-conv-infermax.yaml"
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
@@ -53,9 +53,11 @@ def one(policy: str, repeat: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.repeat)))
@@ -79,7 +81,8 @@ def main() -> None:
         repro.append(f"| {r['policy']} | {PAPER_S.get(r['policy'], '—')} | "
                      f"{r['makespan_s']:,.0f} | {r['evictions']:,} | {r['ttft_p50_s']:.2f} | "
                      f"{r['tpot_p50_ms']:.1f} | {r['tokens_per_s']:,.0f} |")
-    update_section("infermax-azure", head + "\n" + "\n".join(repro) + "\n", REPRODUCTION_MD)
+    publish(args.write_docs, "infermax-azure", head + "\n" + "\n".join(repro) + "\n",
+            REPRODUCTION_MD)
     speed = ["| scheduler | replay (s, best of "
              f"{args.repeat}) | peak RSS (MB) | RSS after loading (MB) | iterations | "
              "segments | machine: 10⁷-step loop (s) |", "|---|---|---|---|---|---|---|"]
@@ -89,7 +92,7 @@ def main() -> None:
                      f"{r['loop_s']:.2f} |")
     worst = max(r["seconds"] for r in rows)
     peak = max(r["peak_mb"] for r in rows)
-    update_section("infermax-azure", head + "\n" + "\n".join(speed)
+    publish(args.write_docs, "infermax-azure", head + "\n" + "\n".join(speed)
                    + f"\n\nSlowest policy {worst:.2f} s, largest peak RSS {peak:.0f} MB "
                    "(target: under 3 s and 300 MB). Machine speed at the time: a 10⁷-step "
                    f"Python loop took {min(loops):.2f}–{max(loops):.2f} s (before and after).\n")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import ROOT, command_line, header, python_loop_s, update_section
+from _common import ROOT, command_line, header, publish, python_loop_s
 
 from llmopt.data.instance import instance_from_mapping
 from llmopt.policies.replay import replay
@@ -36,9 +36,11 @@ def fig15_instance(I: int, O: int = 4, B: int = 4):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     rows = []
     loops = [python_loop_s()]
@@ -78,7 +80,7 @@ def _write(rows: list[dict], args, loops: list[float]) -> None:
             + " | ".join(f"{r[k]:.2f}" for k in SHOWN)
             + f" | {100 * (r['opt'] / r['ef_best'] - 1):+.1f}% "
             f"| {100 * (r['opt'] / r['evict_best'] - 1):+.1f}% |")
-    update_section("infermax-fig15", head + "\n" + "\n".join(lines) + "\n",
+    publish(args.write_docs, "infermax-fig15", head + "\n" + "\n".join(lines) + "\n",
                    REPRODUCTION_MD)
     times = ["| I | status | N (batches) | solve time (s) |", "|---|---|---|---|"]
     for r in rows:
@@ -89,7 +91,7 @@ def _write(rows: list[dict], args, loops: list[float]) -> None:
             + "\n".join(times) + f"\n\n{proven}/{len(rows)} points proven optimal; slowest "
             f"{worst:.1f} s (target: every point under 10 s). Machine speed at the time: a "
             f"10⁷-step Python loop took {min(loops):.2f}–{max(loops):.2f} s (before and after).\n")
-    update_section("infermax-fig15", body)
+    publish(args.write_docs, "infermax-fig15", body)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import math
 import time
 
 import pandas as pd
-from _common import ROOT, command_line, header, update_section
+from _common import ROOT, command_line, header, publish
 
 from llmopt.data.instance import instance_from_mapping
 from llmopt.problems.infermax import csp as infermax_csp
@@ -35,9 +35,11 @@ def hetero_instance(n: int = 16):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--time-limit", type=float, default=300.0)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     inst = hetero_instance()
     t0 = time.perf_counter()
@@ -60,7 +62,7 @@ def main() -> None:
         "", "Notes: " + "; ".join(res.notes),
     ]
     print("\n".join(lines))
-    update_section("infermax-hetero", header(command_line()) + "\n".join(lines) + "\n")
+    publish(args.write_docs, "infermax-hetero", header(command_line()) + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

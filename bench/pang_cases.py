@@ -14,7 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _common import ROOT, command_line, header, update_section
+from _common import ROOT, command_line, header, publish
 
 from llmopt.experiments.case_study import case_study_summary, pang_case_study
 
@@ -24,6 +24,8 @@ REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cases", type=int, default=100)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     frame = pang_case_study(args.cases)
@@ -64,8 +66,7 @@ def main() -> None:
         f"{wide['tokens_per_s']['hybrid'].mean():.1f} tokens/s |\n\n"
         "![per-case utilization and generation speed](img/pang_cases.png)\n"
     )
-    update_section("pang-cases", body, REPRODUCTION_MD)
-    print(body)
+    publish(args.write_docs, "pang-cases", body, REPRODUCTION_MD)
 
 
 if __name__ == "__main__":

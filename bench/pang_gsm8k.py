@@ -3,12 +3,14 @@ baseline, offline, online-only and hybrid methods on GSM8K / LLaMA-65B / 200 cli
 lower bound of eqs 31–32. Writes the ``pang-gsm8k`` section of docs/reproduction.md and the
 Gantt charts docs/img/gsm8k-<policy>.png. Usage::
 
-    python bench/pang_gsm8k.py
+    python bench/pang_gsm8k.py [--write-docs]
 """
 
 from __future__ import annotations
 
-from _common import ROOT, command_line, header, update_section
+import argparse
+
+from _common import ROOT, command_line, header, publish
 
 from llmopt.data.instance import load_instance
 from llmopt.policies.replay import replay
@@ -31,11 +33,16 @@ def run(path: str) -> tuple[dict, dict, object]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results and Gantt charts into the docs (default: print "
+                    "the results only)")
+    args = ap.parse_args()
     bounds, scheds, inst = run("instances/paper/gsm8k-llama65b.yaml")
     mb, ms, minst = run("instances/paper/gsm8k-llama65b-matched.yaml")
     img = ROOT / "docs" / "img"
     img.mkdir(parents=True, exist_ok=True)
-    for p in ("baseline", "offline", "online", "hybrid"):
+    for p in ("baseline", "offline", "online", "hybrid") if args.write_docs else ():
         s = scheds[p]
         ax = plot.gantt_figure(inst, s.segments, s.iterations, policy=p, metrics=s.metrics())
         plot.save(ax, img / f"gsm8k-{p}.png", dpi=80)
@@ -70,8 +77,7 @@ def main() -> None:
         + ", ".join(f"[{p}](img/gsm8k-{p}.png)" for p in ("baseline", "offline", "online",
                                                           "hybrid")) + ".\n"
     )
-    update_section("pang-gsm8k", body, REPRODUCTION_MD)
-    print(body)
+    publish(args.write_docs, "pang-gsm8k", body, REPRODUCTION_MD)
 
 
 if __name__ == "__main__":

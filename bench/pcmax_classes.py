@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, header, update_section
+from _common import ROOT, header, publish
 
 from llmopt.data.instance import instance_from_mapping
 from llmopt.problems.api import solve
@@ -186,9 +186,7 @@ def main() -> None:
                 with args.out.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
     body = table(rows)
-    print(body)
-    if args.write_docs:
-        update_section(f"pcmax-{args.set}", section_text(args, body, len(rows)))
+    publish(args.write_docs, f"pcmax-{args.set}", section_text(args, body, len(rows)))
 
 
 def section_text(args: argparse.Namespace, body: str, count: int) -> str:

@@ -16,7 +16,7 @@ import statistics
 import time
 
 import _common
-from _common import ROOT, command_line, header, update_section
+from _common import ROOT, command_line, header, publish
 
 from llmopt.data.instance import load_instance
 from llmopt.problems.api import solve
@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--limit-8", type=float, default=600.0)
     ap.add_argument("--limit-100", type=float, default=600.0)
     ap.add_argument("--limit-gsm8k", type=float, default=60.0)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
 
     rows8 = []
@@ -99,8 +101,7 @@ def main() -> None:
         "stages / rounds | time |\n|---|---|---|---|---|---|---|---|\n"
         + "\n".join(rows_g) + "\n"
     )
-    update_section("pd-competition", body)
-    print(body)
+    publish(args.write_docs, "pd-competition", body)
 
 
 if __name__ == "__main__":

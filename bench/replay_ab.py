@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import ROOT, command_line, header, update_section
+from _common import ROOT, command_line, header, publish
 
 TRACE = ROOT / "instances" / "paper" / "azure-conv-infermax.yaml"
 GSM8K = ROOT / "instances" / "paper" / "gsm8k-llama65b.yaml"
@@ -95,9 +95,7 @@ def main() -> None:
         "| policy | baseline (best) | one core (best) | median ratio new/baseline | "
         "ratio range |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )
-    print(body)
-    if args.write_docs:
-        update_section(args.section, body)
+    publish(args.write_docs, args.section, body)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import argparse
 import statistics
 import time
 
-from _common import ROOT, command_line, header, update_section
+from _common import ROOT, command_line, header, publish
 
 from llmopt.data.instance import load_instance
 from llmopt.policies.replay import replay
@@ -21,6 +21,8 @@ POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     inst = load_instance(ROOT / "instances" / "paper" / "gsm8k-llama65b.yaml")
     rows = []
@@ -45,8 +47,7 @@ def main() -> None:
         "| policy | median | max | iterations | iterations/s | segments |\n"
         "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )
-    update_section("replay-pd", body)
-    print(body)
+    publish(args.write_docs, "replay-pd", body)
 
 
 if __name__ == "__main__":
