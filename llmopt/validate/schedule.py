@@ -113,6 +113,9 @@ def segments_frame(sol: dict[str, Any], instance: Instance) -> pd.DataFrame | st
         missing = [c for c in SEGMENT_FIELDS if c not in segments]
         if missing or segments.empty:
             return f"segments are empty or lack {', '.join(missing)}"
+        typed = _typed_by_column(segments[SEGMENT_FIELDS].reset_index(drop=True))
+        if typed is not None:
+            return _check_ranges(typed, instance)
         segments = segments[SEGMENT_FIELDS].to_dict("records")
     if not isinstance(segments, list) or not segments:
         return "segments are missing or empty"
@@ -134,6 +137,35 @@ def segments_frame(sol: dict[str, Any], instance: Instance) -> pd.DataFrame | st
         seg[col] = seg[col].astype(float)
     for col in ("client", "instance", "tokens"):
         seg[col] = seg[col].astype(np.int64)
+    return _check_ranges(seg, instance)
+
+
+def _typed_by_column(seg: pd.DataFrame) -> pd.DataFrame | None:
+    """A schedule file's segments, checked a column at a time, when every column already holds
+    values of its type (integers, finite floats, known phases, string ids); else None, and the
+    value-by-value check names the first bad value."""
+    ints, floats = ("client", "instance", "tokens"), ("start_ms", "end_ms")
+    if not all(pd.api.types.is_integer_dtype(seg[c]) for c in ints):
+        return None
+    if not all(pd.api.types.is_float_dtype(seg[c]) or pd.api.types.is_integer_dtype(seg[c])
+               for c in floats):
+        return None
+    if not all(np.isfinite(seg[c].to_numpy(dtype=float)).all() for c in floats):
+        return None
+    if not (seg["tokens"] >= 0).all() or not seg["phase"].isin(PHASES).all():
+        return None
+    requests = seg["request"]
+    if isinstance(requests.dtype, pd.CategoricalDtype):
+        requests = pd.Series(requests.cat.categories)
+    if not isinstance(requests.dtype, pd.StringDtype) and not all(
+            isinstance(v, str) for v in requests):
+        return None
+    return seg.astype({"request": object, "phase": object, **dict.fromkeys(floats, float),
+                       **dict.fromkeys(ints, np.int64)})
+
+
+def _check_ranges(seg: pd.DataFrame, instance: Instance) -> pd.DataFrame | str:
+    """Request ids, clients and instances in range, and no segment running backwards."""
     unknown = sorted(set(seg["request"]) - set(instance.ids))
     if unknown:
         return f"{len(unknown)} unknown request id(s) in segments, e.g. {unknown[:3]}"
@@ -154,6 +186,14 @@ def segments_frame(sol: dict[str, Any], instance: Instance) -> pd.DataFrame | st
 def iterations_frame(iterations: Any) -> pd.DataFrame | str:
     """The iteration log (columns) as a DataFrame, or the reason it cannot be read."""
     if isinstance(iterations, pd.DataFrame):  # read from a schedule file
+        if _numeric_by_column(iterations):
+            its = iterations.reset_index(drop=True).astype(
+                {"start_ms": float, "end_ms": float})
+            if "phase" in its:
+                its["phase"] = its["phase"].astype(object)
+            if "phase" in its and not its["phase"].isin(["prefill", "decode", "mixed"]).all():
+                return "iteration column phase must hold prefill, decode or mixed"
+            return its if not its.empty else "the iteration log is empty"
         iterations = {col: iterations[col].tolist() for col in iterations}
     if not isinstance(iterations, dict):
         return "the iteration log is missing or not a mapping of columns"
@@ -176,6 +216,20 @@ def iterations_frame(iterations: Any) -> pd.DataFrame | str:
     if its.empty:
         return "the iteration log is empty"
     return its
+
+
+def _numeric_by_column(its: pd.DataFrame) -> bool:
+    """A schedule file's iteration log whose columns already hold finite times and integer
+    counts (checked a column at a time)."""
+    if not all(c in its for c in ("instance", "start_ms", "end_ms")):
+        return False
+    for col in ("start_ms", "end_ms"):
+        if not pd.api.types.is_numeric_dtype(its[col]) or pd.api.types.is_bool_dtype(its[col]):
+            return False
+        if not np.isfinite(its[col].to_numpy(dtype=float)).all():
+            return False
+    return all(pd.api.types.is_integer_dtype(its[col])
+               for col in ("instance", *LOG_COUNTS) if col in its)
 
 
 # ---------------------------------------------------------------------------- requests, clients
@@ -211,27 +265,36 @@ def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool) -> 
                             observed=True)
     pre = seg[seg["phase"] == "prefill"].groupby("request")["end_ms"].min()
     start = grouped["start_ms"].min()
-    wrong, early, order = [], [], []
-    for rid, req in by_id.items():
-        if rid not in tokens.index:
-            continue
-        row = tokens.loc[rid]
-        assert isinstance(row, pd.Series)  # one row: the pivot table's index is unique
-        got = {p: int(row.get(p, 0)) for p in PHASES}
+    ids = pd.Index(list(by_id))
+    have = ids.isin(tokens.index)
+    ids = ids[have]
+    got = tokens.reindex(index=ids, columns=list(PHASES), fill_value=0).astype(np.int64)
+    inputs, outputs = instance.input_tokens[have], instance.output_tokens[have]
+    decoded = got["decode"].to_numpy()
+    if continuous:
+        need = inputs + outputs - 1 + got["evict"].to_numpy()
+        total = (got["prefill"] + got["refill"] + got["decode"]).to_numpy()
+        bad = (total != need) | (decoded > outputs - 1)
+    else:
+        bad = (got["prefill"].to_numpy() != inputs) | (decoded != outputs)
+    wrong = ids[bad].tolist()
+    early = ids[start.reindex(ids).to_numpy() < instance.arrival_ms[have] - EPS].tolist()
+    order: list[str] = []
+    if "decode" in first.columns:
+        first_decode = first["decode"].reindex(ids).to_numpy(dtype=float)
+        prefill_end = pre.reindex(ids).to_numpy(dtype=float)
+        out_of_order = ~np.isnan(first_decode) & (np.isnan(prefill_end)
+                                                  | (first_decode < prefill_end - EPS))
+        order = ids[out_of_order].tolist()
+    if wrong:
+        k = ids.get_loc(wrong[0])
+        rid, req, row = wrong[0], by_id[wrong[0]], got.iloc[k]
         if continuous:
-            need = req.input_tokens + req.output_tokens - 1 + got["evict"]
-            total = got["prefill"] + got["refill"] + got["decode"]
-            if total != need or got["decode"] > req.output_tokens - 1:
-                wrong.append(f"{rid}: {total} tokens processed ({got['decode']} decoding), "
-                             f"expected {need} with at most {req.output_tokens - 1} decoding")
-        elif got["prefill"] != req.input_tokens or got["decode"] != req.output_tokens:
-            wrong.append(f"{rid}: prefill {got['prefill']} vs input {req.input_tokens}, "
-                         f"decode {got['decode']} vs output {req.output_tokens}")
-        if start.loc[rid] < req.arrival_ms - EPS:
-            early.append(rid)
-        d0 = first.loc[rid].get("decode") if "decode" in first.columns else None
-        if d0 is not None and pd.notna(d0) and (rid not in pre.index or d0 < pre[rid] - EPS):
-            order.append(rid)
+            wrong[0] = (f"{rid}: {int(total[k])} tokens processed ({row['decode']} decoding), "
+                        f"expected {int(need[k])} with at most {req.output_tokens - 1} decoding")
+        else:
+            wrong[0] = (f"{rid}: prefill {row['prefill']} vs input {req.input_tokens}, "
+                        f"decode {row['decode']} vs output {req.output_tokens}")
     if wrong:
         reasons.append(f"{len(wrong)} request(s) with wrong token counts, e.g. {wrong[0]}")
     if early:
