@@ -521,6 +521,14 @@ def test_what_was_not_checked_is_said(cases):
     inst, sol = cases["bp-bound"]      # 40 requests: above the validator's exact size
     verdict = check_solution(inst, sol)
     assert verdict.valid and sol["status"] == "optimal"
+    assert any("validator's own lower bound ceil(sum/J) equals" in n for n in verdict.notes), \
+        verdict.notes
+    # 16 requests whose optimum (251) no closed-form bound reaches: proven by the solver's
+    # complete search alone
+    inst = make_instance([33, 112, 70, 81, 39, 31, 28, 22, 71, 90, 57, 117, 27, 48, 86, 88], 4)
+    sol = as_file(solve(inst, "binpacking", "auto", 20), inst)
+    verdict = check_solution(inst, sol)
+    assert verdict.valid and sol["status"] == "optimal"
     assert any("not independently checked" in n for n in verdict.notes), verdict.notes
     inst, sol = cases["pd-small"]
     verdict = check_solution(inst, sol)

@@ -82,7 +82,7 @@ def solve_cpsat(
         runtime_s=runtime,
         solver_version=version(),
         interrupted=interrupted,
-        message=solver.status_name(status),
+        message=f"CP-SAT status {solver.status_name(status)}",
         solution=solution_or_none(ending, collect, solver.value),
     )
 

@@ -132,7 +132,7 @@ def solve_highs(
         runtime_s=runtime,
         solver_version=version(),
         interrupted=interrupted,
-        message=str(tc.name if hasattr(tc, "name") else tc),
+        message=f"HiGHS termination: {tc.name if hasattr(tc, 'name') else tc}",
         solution=solution_or_none(ending, collect, pyo.value),
     )
 

@@ -24,6 +24,7 @@ from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
 from llmopt.report import plot as plots
 from llmopt.result import read_solution
+from llmopt.schedule.io import sidecar_name
 
 
 def parse_policies(text: str | None, family: str, command: str) -> list[str]:
@@ -70,7 +71,8 @@ offline, online, hybrid; InferMax: every scheduler)."""
         shown.done()
         rows.append((name, result.data["metrics"]))
         base = out_dir / inst.name / f"replay-{name}"
-        written.append(result.write(base.with_suffix(".json"), inst))
+        path = result.write(base.with_suffix(".json"), inst)
+        written += [path, path.parent / sidecar_name(path)]
         if plot:
             ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
                                     metrics=result.data["metrics"])

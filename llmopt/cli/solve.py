@@ -24,6 +24,7 @@ from llmopt.problems.api import resolve_options
 from llmopt.problems.api import solve as run_solve
 from llmopt.report import plot as plots
 from llmopt.result import Result
+from llmopt.schedule.io import sidecar_name
 
 
 @command
@@ -61,7 +62,7 @@ def solve(
     path = result.write(base.with_suffix(".json"), inst)
     out.print(f"wrote {path}")
     if result.schedule is not None:
-        out.print(f"wrote {path.parent / path.with_suffix('.schedule.parquet').name}")
+        out.print(f"wrote {path.parent / sidecar_name(path)}")
     if plot and (result.schedule is not None or result.data.get("assignment")):
         if result.schedule is not None:
             ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,

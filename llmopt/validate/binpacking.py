@@ -33,7 +33,8 @@ def check_binpacking(instance: Instance, sol: dict[str, Any], verdict: Verdict) 
     clients = instance.system.clients * instance.system.instances
     ev.schedules.append(("the validator's longest-first packing",
                          longest_first_makespan(weights, clients) * t_round))
-    _check_named_bounds(sol, weights, clients, t_round, reasons, verdict.notes)
+    recomputed = _check_named_bounds(sol, weights, clients, t_round, reasons, verdict.notes)
+    ev.bounds.update({name: tokens * t_round for name, tokens in recomputed.items()})
     if len(weights) <= EXACT_MAX_REQUESTS:
         best = exact_makespan(weights, clients, EXACT_MAX_NODES)
         if best is not None:
@@ -142,9 +143,10 @@ _CLOSING = re.compile(r"= (\d+) tokens \((.+)\)\s*$")
 
 
 def _check_named_bounds(sol: dict[str, Any], weights: list[int], clients: int, t_round: float,
-                        reasons: list[str], notes: list[str]) -> None:
+                        reasons: list[str], notes: list[str]) -> dict[str, int]:
     """Every ``name=value`` (tokens) in the proof line and the ``lower_bound`` certificate is
-    recomputed; the certificate's bound times t_round must be the file's bound."""
+    recomputed; the certificate's bound times t_round must be the file's bound. Returns the
+    closed-form bounds recomputed (tokens)."""
     proof = sol.get("proof")
     named: dict[str, int] = {}
     if isinstance(proof, str):
@@ -160,16 +162,20 @@ def _check_named_bounds(sol: dict[str, Any], weights: list[int], clients: int, t
         if not (isinstance(field, dict) and isinstance(field.get("name"), str)
                 and is_int(field.get("tokens"))):
             reasons.append("lower_bound must be {name: string, tokens: integer}")
-            return
+            return {}
         named[field["name"]] = field["tokens"]
         bound = sol.get("bound")
         if is_number(bound) and abs(bound - field["tokens"] * t_round) > tolerance(bound):
             reasons.append(f"bound {bound} is not lower_bound.tokens {field['tokens']} × "
                            f"t_round {t_round}")
+    closed_forms: dict[str, int] = {}
     for name, value in named.items():
         recomputed = recompute_bound(name, weights, clients)
         if recomputed is None:
             notes.append(f"bound {name} = {value} tokens named in the proof is a proof by "
                          "search, not recomputed")
-        elif recomputed != value:
+            continue
+        closed_forms[name] = recomputed
+        if recomputed != value:
             reasons.append(f"the proof names {name} = {value} tokens, but it is {recomputed}")
+    return closed_forms

@@ -128,10 +128,15 @@ def check_claims(sol: dict[str, Any], ev: Evidence, verdict: Verdict) -> None:
         if status == "infeasible":
             reasons.append(f"status infeasible, but {ev.exact_method} solved it "
                            f"({best:.3f} ms)")
+    tight = [name for name, value in ev.bounds.items()
+             if obj is not None and abs(value - obj) <= tolerance(obj)]
     if status == "optimal" and not reasons:
         if ev.optimum is not None:
             verdict.notes.append(f"optimality checked independently: {ev.exact_method} gives "
                                  f"{ev.optimum:.3f} ms")
+        elif tight:
+            verdict.notes.append(f"optimality checked independently: the validator's own lower "
+                                 f"bound {tight[0]} equals the objective")
         else:
             why = f" ({ev.unchecked_why})" if ev.unchecked_why else ""
             proof = sol.get("proof")

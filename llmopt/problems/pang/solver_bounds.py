@@ -61,8 +61,8 @@ def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
                     time_model=model,
                     valid_under=("stage model, any prefill levels" if model == "stage"
                                  else "replay model, PD competition, batch-dependent rounds"),
-                    why=f"proven by CP-SAT ({res.message}) with K = {k_max} ≥ K_max bins",
-                    detail={"bins": k_max, "status": res.message}))
+                    why=f"proven by CP-SAT ({res.ending}) with K = {k_max} ≥ K_max bins",
+                    detail={"bins": k_max, "status": res.ending}))
     return out
 
 
