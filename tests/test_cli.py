@@ -30,6 +30,14 @@ def test_solve_writes_contract_json_and_png(cli, tmp_path):
     assert not list((tmp_path / "quickstart").glob(".*"))  # no temp files left behind
 
 
+def test_solve_draws_a_packing_with_idle_clients(cli, tmp_path, write_yaml):
+    path = write_yaml("name: idle\nmodel: pang-llama65b-ascend8\nsystem: {clients: 3}\n"
+                      "requests: [{id: a, input_tokens: 3, output_tokens: 4}]\n", "idle.yaml")
+    result = cli("solve", path, "--out", tmp_path)
+    assert result.exit_code == 0, result.output + result.stderr
+    assert (tmp_path / "idle" / "binpacking-auto.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_cli_flags_override_instance_defaults(cli, tmp_path):
     result = cli("solve", TOY / "quickstart.yaml", "--out", tmp_path, "--solver", "highs",
                  "--time-limit", "12", "--no-plot")

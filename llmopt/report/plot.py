@@ -49,7 +49,7 @@ def plot_assignment(instance: Instance, solution: dict[str, Any], ax: Axes | Non
     cmap = plt.get_cmap("viridis")
     top = max(int(instance.output_tokens.max()), 1)
     for c, lengths in enumerate(per_client):
-        starts = np.concatenate([[0.0], np.cumsum(lengths)[:-1]]) * t_round / 1000.0
+        starts = np.cumsum([0, *lengths])[:-1] * t_round / 1000.0
         spans = [(s, n * t_round / 1000.0) for s, n in zip(starts, lengths, strict=True)]
         ax.broken_barh(spans, (c - 0.4, 0.8), facecolors=[cmap(n / top) for n in lengths],
                        edgecolor="white", linewidth=0.3 if clients > 60 else 0.8)
