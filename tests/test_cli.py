@@ -111,6 +111,19 @@ def test_replay_of_a_solver_plan(cli, tmp_path):
     assert placed == json.loads(plan.read_text())["assignment"]
 
 
+def test_replay_runs_the_policies_that_can_and_reports_the_others(cli, tmp_path):
+    result = cli("replay", TOY / "quickstart.yaml", "--policy", "baseline,vllm,online",
+                 "--out", tmp_path, "--no-plot")
+    assert result.exit_code == 2
+    assert "error: policy vllm:" in result.stderr and "infermax profile" in result.stderr
+    assert "1 of 3 policies could not run" in result.stderr
+    assert "Traceback" not in result.stderr
+    for name in ("baseline", "online"):
+        assert cli("validate", TOY / "quickstart.yaml",
+                   tmp_path / "quickstart" / f"replay-{name}.json").exit_code == 0
+    assert not (tmp_path / "quickstart" / "replay-vllm.json").exists()
+
+
 def test_replay_rejects_unknown_policy_and_missing_plan(cli, tmp_path):
     bad = cli("replay", TOY / "quickstart.yaml", "--policy", "baseline,fifo", "--out", tmp_path)
     assert bad.exit_code == 2 and "'fifo'" in bad.stderr and "--policy" in bad.stderr

@@ -12,6 +12,7 @@ from llmopt.cli.common import (
     OutOpt,
     VerboseOpt,
     command,
+    err,
     metrics_table,
     out,
     policy_help,
@@ -19,7 +20,7 @@ from llmopt.cli.common import (
     router_help,
 )
 from llmopt.data.instance import load_instance
-from llmopt.errors import OptionError
+from llmopt.errors import LlmoptError, OptionError
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
 from llmopt.report import plot as plots
@@ -65,10 +66,18 @@ offline, online, hybrid; InferMax: every scheduler)."""
     plan_data = read_solution(plan) if plan else None
     shown = progress(verbose)
     rows, written = [], []
+    failed: list[tuple[str, LlmoptError]] = []
     for name in names:
-        result, schedule = replay_result(inst, name, plan=plan_data, router=router,
-                                         progress=shown)
-        shown.done()
+        try:
+            result, schedule = replay_result(inst, name, plan=plan_data, router=router,
+                                             progress=shown)
+        except LlmoptError as exc:
+            if len(names) == 1:
+                raise
+            failed.append((name, exc))
+            continue
+        finally:
+            shown.done()
         rows.append((name, result.data["metrics"]))
         base = out_dir / inst.name / f"replay-{name}"
         path = result.write(base.with_suffix(".json"), inst)
@@ -77,6 +86,13 @@ offline, online, hybrid; InferMax: every scheduler)."""
             ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
                                     metrics=result.data["metrics"])
             written.append(plots.save(ax, base.with_suffix(".png")))
-    out.print(metrics_table(rows))
+    if rows:
+        out.print(metrics_table(rows))
     for path in written:
         out.print(f"wrote {path}")
+    for name, reason in failed:
+        err.print(f"[bold red]error:[/] policy {name}: {reason}", markup=True, soft_wrap=True)
+    if failed:
+        err.print(f"{len(failed)} of {len(names)} policies could not run this instance; the "
+                  "others were replayed")
+        raise typer.Exit(2)
