@@ -1,12 +1,11 @@
 """llmopt: optimal schedules, proven lower bounds and heuristic replays for LLM inference."""
 
-__version__ = "0.1.0"
-
 from llmopt.data.instance import Instance, Request, System, load_instance
 from llmopt.errors import LlmoptError
 from llmopt.policies.replay import replay
 from llmopt.problems.api import solve
 from llmopt.result import Result, read_solution
+from llmopt.version import __version__
 
 __all__ = [
     "Instance",

@@ -25,6 +25,7 @@ from llmopt.errors import SolutionFileError
 from llmopt.files import load_json_mapping, write_atomic
 from llmopt.schedule import Schedule
 from llmopt.schedule.io import read_tables, sidecar_name, write_tables
+from llmopt.version import __version__
 
 STATUSES = ("optimal", "feasible", "infeasible", "time_limit_no_solution", "error")
 CONTRACT_KEYS = (
@@ -71,8 +72,6 @@ class Result:
     def to_dict(self, instance: Any, *, inline_schedule: bool = True) -> dict[str, Any]:
         """The solution as a JSON-able dict; the schedule's tables inline (``segments``: a
         list of records, ``iterations``: columns) unless ``inline_schedule`` is false."""
-        from llmopt import __version__
-
         out: dict[str, Any] = {
             "llmopt_version": __version__,
             "instance": instance.name,

@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.table import Table
 from typer.exceptions import TyperException
 
-from llmopt import __version__
 from llmopt.errors import LlmoptError
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import PROBLEMS
 from llmopt.progress import ConsoleProgress
+from llmopt.version import __version__
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True, highlight=False)

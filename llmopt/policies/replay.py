@@ -12,7 +12,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from llmopt import __version__
 from llmopt.data.instance import Instance
 from llmopt.errors import OptionError
 from llmopt.plugins import load
@@ -22,6 +21,7 @@ from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.schedule import Schedule
 from llmopt.sim.cluster import Deployment, simulate
+from llmopt.version import __version__
 
 
 def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,

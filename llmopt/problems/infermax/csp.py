@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmopt import __version__
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
 from llmopt.data.instance import Instance
@@ -70,6 +69,7 @@ from llmopt.problems.infermax.data import (
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.sim.cluster import simulate
+from llmopt.version import __version__
 
 if TYPE_CHECKING:
     from ortools.sat.python.cp_model import CpModel, IntVar, LinearExpr

@@ -49,6 +49,7 @@ from llmopt.errors import ProfileError
 from llmopt.problems.pang import pcmax_arcflow, pcmax_bounds, pcmax_search
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
+from llmopt.version import __version__
 
 SOLVERS = ("auto", "highs", "cpsat", "heuristic")
 LNS_MIN_BINS = 6  # with fewer clients an LNS group is the whole problem: go to CP-SAT at once
@@ -417,8 +418,6 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
     left). A method that cannot decide (bin completion that stopped before its deadline, an
     arc-flow graph too large) is not run again. With at most :data:`LNS_MIN_BINS` clients and a
     graph too large, CP-SAT on the whole model (warm-started) gets what time is left."""
-    from llmopt import __version__
-
     assign = lpt(bp.weights, bp.bins)
     engines: dict[str, Callable[[], str]] = {}  # back ends used, for the solver version
 

@@ -34,9 +34,12 @@ import numpy as np
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
+from llmopt.backends.common import Outcome
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError, OptionError
-from llmopt.problems.pang import pd_compact, pd_lns, pd_original
+from llmopt.policies.replay import replay
+from llmopt.problems.pang import binpacking, pd_compact, pd_lns, pd_original
+from llmopt.problems.pang.bounds import pd_bounds
 from llmopt.problems.pang.pd_grid import best_grid_plan
 from llmopt.problems.pang.pd_plan import (
     TIME_MODELS,
@@ -47,6 +50,7 @@ from llmopt.problems.pang.pd_plan import (
 )
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
+from llmopt.version import __version__
 
 SOLVERS = ("auto", "highs", "cpsat")
 FULL_MODEL_LIMIT = 20_000
@@ -58,8 +62,6 @@ def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
                     grid_time_s: float = 10.0) -> list[tuple[float, Plan]]:
     """(total under ``model``, plan) for every PD-competition policy and the best grid plan,
     best first."""
-    from llmopt.policies.replay import replay
-
     plans = []
     for policy in HEURISTIC_POLICIES:
         plan = plan_from_schedule(problem, replay(instance, policy))
@@ -73,8 +75,6 @@ def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
 def decode_lower_bound(instance: Instance, time_limit_s: float) -> int:
     """The bin-packing optimum (or its proven bound) in tokens: no schedule's decode axis is
     shorter, since each client's requests occupy disjoint intervals of it."""
-    from llmopt.problems.pang import binpacking
-
     bp = binpacking.BinPacking.from_instance(instance)
     res = binpacking.solve(instance, "auto", min(time_limit_s, 30.0))
     return round((res.bound or 0) / bp.ms_per_unit)
@@ -156,8 +156,6 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
 
 def _lns(problem: PDProblem, start: Plan, model: str, deadline: float, progress: Progress):
     """Window LNS from ``start``; an Outcome without a proof (bound None)."""
-    from llmopt.backends.common import Outcome
-
     t = time.perf_counter()
     plan = pd_lns.improve_plan(problem, start, model, deadline, progress=progress)
     return Outcome(ending="feasible", objective=plan.total_ms(problem, model), bound=None,
@@ -176,10 +174,6 @@ def _pad(plan: Plan, K: int, problem: PDProblem) -> Plan:
 def _result(instance: Instance, problem: PDProblem, out, best_total: float, best: Plan,
             plans, K: int, k_max: int, formulation: str, backend: str, solver: str,
             time_model: str, literal: bool, t0: float, time_limit_s: float | None) -> Result:
-    from llmopt import __version__
-    from llmopt.policies.replay import replay
-    from llmopt.problems.pang.bounds import pd_bounds
-
     plan = out.solution if out.solution is not None else best
     total = plan.total_ms(problem, time_model)
     if total > best_total + 1e-6:  # keep the better of the solver's plan and the incumbent

@@ -29,6 +29,7 @@ from llmopt.data.cost import PangLinearProfile, prefill_levels
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.errors import InstanceError
+from llmopt.problems.pang.bounds import largest_prefill_level
 from llmopt.schedule import ITERATION_COLUMNS, Schedule
 from llmopt.sim.kv import ReservationLedger, footprint, reserved_peak
 
@@ -51,8 +52,6 @@ class PDProblem:
 
     @classmethod
     def from_instance(cls, instance: Instance, level_step: int | None = None) -> PDProblem:
-        from llmopt.problems.pang.bounds import largest_prefill_level
-
         profile = instance.profile
         if not isinstance(profile, PangLinearProfile):
             raise InstanceError("the PD-competition problem needs a pang_linear profile",
