@@ -11,6 +11,7 @@ from ortools.sat.python import cp_model
 
 from llmopt.backends.common import Ending, Outcome, solution_or_none
 from llmopt.progress import SILENT, Progress
+from llmopt.signals import python_sigint_restored
 
 _ENDINGS: dict[cp_model.CpSolverStatus, Ending] = {
     cp_model.OPTIMAL: "optimal",
@@ -65,7 +66,8 @@ def solve_cpsat(
         params.log_to_stdout = False
         solver.log_callback = progress.log
     t0 = time.perf_counter()
-    status = solver.solve(model, _Reporter(progress, scale, unit))
+    with python_sigint_restored():
+        status = solver.solve(model, _Reporter(progress, scale, unit))
     runtime = time.perf_counter() - t0
     ending: Ending = _ENDINGS.get(status, "error")
     objective = solver.objective_value if ending in ("optimal", "feasible") else None

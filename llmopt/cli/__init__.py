@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from llmopt.cli import bound, compare, fit_profile, gantt, listing, replay, solve, validate
+from llmopt.signals import sigterm_as_interrupt
 
 app = typer.Typer(
     name="llmopt",
@@ -25,6 +26,7 @@ app.command("list")(listing.list_)
 
 
 def main() -> None:
+    sigterm_as_interrupt()
     app()
 
 

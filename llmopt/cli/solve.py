@@ -63,6 +63,8 @@ def solve(
     out.print(f"wrote {path}")
     if result.schedule is not None:
         out.print(f"wrote {path.parent / sidecar_name(path)}")
+    if result.interrupted:
+        raise typer.Exit(130)  # the incumbent is written; no chart
     if plot and (result.schedule is not None or result.data.get("assignment")):
         if result.schedule is not None:
             ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,

@@ -54,6 +54,7 @@ import numpy as np
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
+from llmopt.backends.common import Outcome, interrupted_before_the_solver
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError, SolutionFileError
 from llmopt.policies.infermax import deploy_plan
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from ortools.sat.python.cp_model import CpModel, IntVar, LinearExpr
 
 SOLVERS = ("auto", "cpsat", "highs")
+_VERSIONS = {"highs": highs_backend.version, "cpsat": cpsat_backend.version}
 def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
                 upper_ms: float | None = None):
     from ortools.sat.python import cp_model
@@ -350,22 +352,12 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     limit = time_limit_s if time_limit_s is not None else math.inf
     remaining = max(limit - (time.perf_counter() - t0), 1.0)
     backend = "highs" if solver == "highs" else "cpsat"
-    progress.stage(f"InferMax CSP, {backend}, N = {N} batches (N_max = {n_max})")
-    if backend == "cpsat":
-        md, var = build_cpsat(data, N, hint=best_plan if len(best_plan) <= N else None,
-                              upper_ms=best_ms)
-        out = cpsat_backend.solve_cpsat(
-            md, time_limit_s=remaining, progress=progress, scale=1 / data.scale, unit=" ms",
-            workers=workers, collect=lambda value: _plan_from_cpsat(data, var, N, value))
-        bound_ms = None if out.bound is None else out.bound / data.scale
-    else:
-        m = infermax_mip.build(data, N)
-        out = highs_backend.solve_highs(
-            m, time_limit_s=remaining, progress=progress, unit=" ms",
-            warm_start=(infermax_mip.warm_start(m, data, best_plan, N)
-                        if len(best_plan) <= N else None),
-            collect=lambda value: infermax_mip.plan_from_model(m, data, N, value))
-        bound_ms = out.bound
+    try:  # an incumbent exists: Ctrl-C keeps it
+        out, bound_ms = _solve_model(data, N, n_max, best_plan, best_ms, backend, remaining,
+                                     workers, progress)
+    except KeyboardInterrupt:
+        out, bound_ms = interrupted_before_the_solver(_VERSIONS[backend](),
+                                                      "the model building"), None
     plan = out.solution if out.solution is not None else best_plan
     schedule = replay_plan(instance, plan)
     if schedule.makespan_ms > best_ms + 1e-6:  # never worse than the incumbent
@@ -392,7 +384,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},
         "plan": plan,
     }
-    version = (cpsat_backend.version() if backend == "cpsat" else highs_backend.version())
+    version = _VERSIONS[backend]()
     return Result(problem="infermax-csp", solver=solver, status=status,
                   objective=round(objective, 6), bound=None if bound is None else
                   round(bound, 6), runtime_s=time.perf_counter() - t0,
@@ -400,6 +392,30 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                   data=data_out, proof=proof, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
+
+
+def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, Any]],
+                 best_ms: float, backend: str, remaining: float, workers: int | None,
+                 progress: Progress) -> tuple[Outcome, float | None]:
+    """The CSP on ``N`` batches, hinted with the best heuristic plan; the outcome and its bound
+    in ms."""
+    progress.stage(f"InferMax CSP, {backend}, N = {N} batches (N_max = {n_max})")
+    if backend == "cpsat":
+        md, var = build_cpsat(data, N, hint=best_plan if len(best_plan) <= N else None,
+                              upper_ms=best_ms)
+        out = cpsat_backend.solve_cpsat(
+            md, time_limit_s=remaining, progress=progress, scale=1 / data.scale, unit=" ms",
+            workers=workers, collect=lambda value: _plan_from_cpsat(data, var, N, value))
+        bound_ms = None if out.bound is None else out.bound / data.scale
+    else:
+        m = infermax_mip.build(data, N)
+        out = highs_backend.solve_highs(
+            m, time_limit_s=remaining, progress=progress, unit=" ms",
+            warm_start=(infermax_mip.warm_start(m, data, best_plan, N)
+                        if len(best_plan) <= N else None),
+            collect=lambda value: infermax_mip.plan_from_model(m, data, N, value))
+        bound_ms = out.bound
+    return out, bound_ms
 
 
 def _plan_from_cpsat(data: CSPData, var: dict, N: int, value) -> list[dict[str, Any]]:

@@ -272,6 +272,7 @@ def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.
     solver.parameters.max_time_in_seconds = max(min(0.05, deadline - time.perf_counter()),
                                                 0.01)
     solver.parameters.num_workers = 1
+    solver.parameters.catch_sigint_signal = False  # Ctrl-C: KeyboardInterrupt, as elsewhere
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return np.array([next(j for j, v in enumerate(row) if solver.value(v)) for row in x])

@@ -34,7 +34,7 @@ import numpy as np
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
-from llmopt.backends.common import Outcome
+from llmopt.backends.common import Outcome, interrupted_before_the_solver
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError, OptionError
 from llmopt.policies.replay import replay
@@ -58,6 +58,8 @@ FORMULATIONS = ("original", "compact")
 HEURISTIC_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
 
 
+_VERSIONS = {"highs": highs_backend.version, "cpsat": cpsat_backend.version}
+
 def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
                     grid_time_s: float = 10.0) -> list[tuple[float, Plan]]:
     """(total under ``model``, plan) for every PD-competition policy and the best grid plan,
@@ -77,6 +79,8 @@ def decode_lower_bound(instance: Instance, time_limit_s: float) -> int:
     shorter, since each client's requests occupy disjoint intervals of it."""
     bp = binpacking.BinPacking.from_instance(instance)
     res = binpacking.solve(instance, "auto", min(time_limit_s, 30.0))
+    if res.interrupted:
+        raise KeyboardInterrupt
     return round((res.bound or 0) / bp.ms_per_unit)
 
 
@@ -111,11 +115,26 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     plans = heuristic_plans(instance, problem, time_model, min(10.0, 0.2 * limit))
     best_total, best = plans[0]
     progress.incumbent(best_total, None, " ms")
-    d_lb = decode_lower_bound(instance, limit)
-    k_max = max_useful_bins(problem, time_model, best_total, d_lb)
     if bins is not None and bins < 1:
         raise OptionError("must be at least 1", field="--bins", value=bins)
-    K = bins or (best.prefill_stages() if formulation == "original" else k_max)
+    K, k_max = bins or best.prefill_stages(), None
+    try:  # from here on an incumbent exists: Ctrl-C keeps it
+        d_lb = decode_lower_bound(instance, limit)
+        k_max = max_useful_bins(problem, time_model, best_total, d_lb)
+        K = bins or (best.prefill_stages() if formulation == "original" else k_max)
+        out = _solve_model(problem, best, best_total, K, d_lb, formulation, backend, solver,
+                           time_model, literal, cuts, t0, limit, progress)
+    except KeyboardInterrupt:
+        out = interrupted_before_the_solver(_VERSIONS[backend](),
+                                            "the bounds or the model building")
+    return _result(instance, problem, out, best_total, best, plans, K, k_max, formulation,
+                   backend, solver, time_model, literal, t0, time_limit_s)
+
+
+def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb: int,
+                 formulation: str, backend: str, solver: str, time_model: str, literal: bool,
+                 cuts: bool, t0: float, limit: float, progress: Progress) -> Outcome:
+    """The chosen formulation on ``K`` bins, warm-started from the best heuristic plan."""
     padded = None if best.prefill_stages() > K else _pad(best, K, problem)
     horizon = pd_compact.decode_horizon(problem, best_total, time_model)
     remaining = max(limit - (time.perf_counter() - t0), 1.0)
@@ -150,17 +169,16 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
             m, time_limit_s=remaining, progress=progress, unit=" ms",
             collect=lambda value: pd_compact.plan_from_bins(
                 problem, pd_compact.highs_bins(m, problem, K, value), "compact HiGHS"))
-    return _result(instance, problem, out, best_total, best, plans, K, k_max, formulation,
-                   backend, solver, time_model, literal, t0, time_limit_s)
+    return out
 
 
 def _lns(problem: PDProblem, start: Plan, model: str, deadline: float, progress: Progress):
     """Window LNS from ``start``; an Outcome without a proof (bound None)."""
     t = time.perf_counter()
-    plan = pd_lns.improve_plan(problem, start, model, deadline, progress=progress)
+    plan, interrupted = pd_lns.improve_plan(problem, start, model, deadline, progress=progress)
     return Outcome(ending="feasible", objective=plan.total_ms(problem, model), bound=None,
                    runtime_s=time.perf_counter() - t, solver_version=cpsat_backend.version(),
-                   message="window LNS (no proof)", solution=plan)
+                   interrupted=interrupted, message="window LNS (no proof)", solution=plan)
 
 
 def _pad(plan: Plan, K: int, problem: PDProblem) -> Plan:
@@ -172,7 +190,7 @@ def _pad(plan: Plan, K: int, problem: PDProblem) -> Plan:
 
 
 def _result(instance: Instance, problem: PDProblem, out, best_total: float, best: Plan,
-            plans, K: int, k_max: int, formulation: str, backend: str, solver: str,
+            plans, K: int, k_max: int | None, formulation: str, backend: str, solver: str,
             time_model: str, literal: bool, t0: float, time_limit_s: float | None) -> Result:
     plan = out.solution if out.solution is not None else best
     total = plan.total_ms(problem, time_model)
@@ -183,20 +201,22 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
         raise InternalError(f"the {plan.source} plan breaks a rule of the problem: {broken[0]}")
     global_bounds = pd_bounds(instance, time_model)
     bound = max(b.value_ms for b in global_bounds)
-    notes = [f"K = {K} bins; K_max = {k_max}", f"time model: {time_model}"]
+    notes = [f"K = {K} bins; K_max = {k_max if k_max is not None else 'not computed'}",
+             f"time model: {time_model}"]
     if literal:
         notes.append("literal eq 13 and no w ≤ d link (see docs/formulations.md)")
     proof = None
+    all_bins = k_max is not None and k_max <= K  # the model holds every optimal schedule
     solver_proved = out.bound is not None and (
         out.ending == "optimal" or out.bound >= total - 1e-6 * max(1.0, total))
-    if solver_proved and k_max <= K and not literal:
+    if solver_proved and all_bins and not literal:
         bound = max(bound, min(out.bound, total))
         proof = (f"{backend} closed the gap of the {formulation} model with K = {K} ≥ K_max "
                  f"= {k_max} bins")
     elif solver_proved:
         notes.append(f"{backend} proved this optimal among schedules with at most {K} prefill "
                      f"stages (K_max = {k_max}); run with --bins {k_max} for a full proof")
-    elif out.bound is not None and k_max <= K and not literal:
+    elif out.bound is not None and all_bins and not literal:
         bound = max(bound, out.bound)
     replayed = replay(instance, "plan", plan=plan.to_data(problem))
     if time_model == "stage":
@@ -220,7 +240,7 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
         "metrics": schedule.metrics(),
         **plan.to_data(problem),
     }
-    version = {"highs": highs_backend.version(), "cpsat": cpsat_backend.version()}[backend]
+    version = _VERSIONS[backend]()
     return Result(problem="pd-competition", solver=solver, status=status,
                   objective=round(objective, 3), bound=round(min(bound, objective), 3),
                   runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s,

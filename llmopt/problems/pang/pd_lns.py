@@ -105,44 +105,52 @@ def _window_model(problem: PDProblem, plan: Plan, lo: int, hi: int, model: str, 
 
 def improve_plan(problem: PDProblem, plan: Plan, model: str, deadline: float, *,
                  window: int = 6, step: int | None = None, kv: bool = True,
-                 window_time_s: float = 2.0, progress: Progress = SILENT) -> Plan:
+                 window_time_s: float = 2.0, progress: Progress = SILENT
+                 ) -> tuple[Plan, bool]:
     """Slide a window of ``window`` bins over ``plan`` (by ``step`` bins) and re-optimise each
-    exactly with CP-SAT, keeping improvements, until ``deadline`` (perf_counter seconds)."""
+    exactly with CP-SAT, keeping improvements, until ``deadline`` (perf_counter seconds). Returns
+    the best plan and whether Ctrl-C ended the search (within one window's time)."""
     step = step or max(1, window // 2)
     best = _compact(problem, plan)
     best_total = best.total_ms(problem, model)
     lo = 0
     sweeps_without_gain = 0
     gained = False
-    while time.perf_counter() < deadline - 0.5:
-        K = len(best.bins)
-        if lo >= K - 1:
-            lo = 0
-            sweeps_without_gain = 0 if gained else sweeps_without_gain + 1
-            gained = False
-            if sweeps_without_gain >= 2:
-                break
-        hi = min(lo + window, K)
-        md, choice, win = _window_model(problem, best, lo, hi, model, kv)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(
-            0.1, min(window_time_s, deadline - time.perf_counter()))
-        solver.parameters.num_workers = 2
-        status = solver.solve(md)
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            bin_of = best.bin_of(problem.n)
-            for i, bools in choice.items():
-                bin_of[i] = next(k for k, v in zip(win, bools, strict=True) if solver.value(v))
-            members = [np.flatnonzero(bin_of == k).tolist() for k in range(K)]
-            candidate = _compact(problem, earliest_plan(problem, members, None,
-                                                        source=best.source))
-            total = candidate.total_ms(problem, model)
-            if total < best_total - 1e-6 and not candidate.check(problem):
-                best, best_total, gained = candidate, total, True
-                progress.incumbent(best_total, None, " ms")
-        lo += step
+    interrupted = False
+    try:
+        while time.perf_counter() < deadline - 0.5:
+            K = len(best.bins)
+            if lo >= K - 1:
+                lo = 0
+                sweeps_without_gain = 0 if gained else sweeps_without_gain + 1
+                gained = False
+                if sweeps_without_gain >= 2:
+                    break
+            hi = min(lo + window, K)
+            md, choice, win = _window_model(problem, best, lo, hi, model, kv)
+            solver = cp_model.CpSolver()
+            solver.parameters.max_time_in_seconds = max(
+                0.1, min(window_time_s, deadline - time.perf_counter()))
+            solver.parameters.num_workers = 2
+            solver.parameters.catch_sigint_signal = False  # Ctrl-C: KeyboardInterrupt, below
+            status = solver.solve(md)
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                bin_of = best.bin_of(problem.n)
+                for i, bools in choice.items():
+                    bin_of[i] = next(k for k, v in zip(win, bools, strict=True)
+                                     if solver.value(v))
+                members = [np.flatnonzero(bin_of == k).tolist() for k in range(K)]
+                candidate = _compact(problem, earliest_plan(problem, members, None,
+                                                            source=best.source))
+                total = candidate.total_ms(problem, model)
+                if total < best_total - 1e-6 and not candidate.check(problem):
+                    best, best_total, gained = candidate, total, True
+                    progress.incumbent(best_total, None, " ms")
+            lo += step
+    except KeyboardInterrupt:
+        interrupted = True
     best.source = f"{plan.source} + LNS"
-    return best
+    return best, interrupted
 
 
 def _compact(problem: PDProblem, plan: Plan) -> Plan:
