@@ -12,6 +12,10 @@ model: pang-llama65b-ascend8
 system: {clients: 2}
 """
 
+GOOD_ONE = GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n"
+PANG_INLINE = ("{family: pang_linear, source: test, prefill: {overhead_ms: 1, per_token_ms: 1},"
+               " decode: {overhead_ms: 1, per_client_ms: 1}}")
+
 CASES = {
     # id: (yaml text or None for a missing file, extra CLI args, expected fragments)
     "missing_file": (None, [], ["does-not-exist.yaml", "not found"]),
@@ -87,6 +91,68 @@ CASES = {
         [], ["inst.yaml", "requests.generate.input.dist", "'zipf'"],
     ),
     "top_level_not_mapping": ("- a\n- b\n", [], ["inst.yaml", "mapping"]),
+    "name_dotdot": (GOOD_ONE.replace("name: t", "name: ../../escaped"), [],
+                    ["inst.yaml", "name", "'../../escaped'", "safe file name"]),
+    "name_absolute": (GOOD_ONE.replace("name: t", "name: /tmp/abs"), [],
+                      ["inst.yaml", "name", "'/tmp/abs'", "safe file name"]),
+    "name_slash": (GOOD_ONE.replace("name: t", "name: a/b"), [], ["name", "'a/b'"]),
+    "name_space": (GOOD_ONE.replace("name: t", "name: a b"), [], ["name", "'a b'"]),
+    "name_control": (GOOD_ONE.replace("name: t", 'name: "a\\tb"'), [], ["name", "'a\\tb'"]),
+    "profile_inf": (
+        "name: t\nmodel: " + PANG_INLINE.replace("overhead_ms: 1,", "overhead_ms: .inf,", 1)
+        + "\nsystem: {clients: 2}\nrequests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        [], ["inst.yaml", "model.prefill.overhead_ms", "inf", "finite"],
+    ),
+    "profile_all_zero": (
+        "name: t\nmodel: " + PANG_INLINE.replace(": 1,", ": 0,").replace(": 1}", ": 0}")
+        + "\nsystem: {clients: 2}\nrequests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        [], ["inst.yaml", "model", "every time coefficient is 0"],
+    ),
+    "profile_huge_int": (
+        "name: t\nmodel: " + PANG_INLINE.replace("}}", "}, max_prefill_tokens: 1e30}")
+        + "\nsystem: {clients: 2}\nrequests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        [], ["inst.yaml", "model.max_prefill_tokens"],
+    ),
+    "generator_nan": (
+        GOOD_HEAD + "requests: {generate: {count: 3, seed: 1, input: {dist: constant, value: .nan},"
+        " output: {dist: constant, value: 3}}}\n",
+        [], ["inst.yaml", "requests.generate.input.value", "nan", "finite"],
+    ),
+    "generator_inf": (
+        GOOD_HEAD + "requests: {generate: {count: 3, seed: 1, input: {dist: constant, value: 3},"
+        " output: {dist: normal, mean: .inf, std: 1}}}\n",
+        [], ["inst.yaml", "requests.generate.output.mean", "inf"],
+    ),
+    "generator_count_huge": (
+        GOOD_HEAD + "requests: {generate: {count: 100000000000, seed: 1, input: {dist: constant,"
+        " value: 3}, output: {dist: constant, value: 3}}}\n",
+        [], ["inst.yaml", "requests.generate.count", "100000000000"],
+    ),
+    "generator_slow_poisson": (
+        GOOD_HEAD + "requests: {generate: {count: 3, seed: 1, input: {dist: constant, value: 3},"
+        " output: {dist: constant, value: 3}, arrival: {process: poisson, rate_per_s: 1e-300}}}\n",
+        [], ["inst.yaml", "requests.generate[1].arrival_ms"],
+    ),
+    "inline_huge_tokens": (
+        GOOD_HEAD + f"requests: [{{id: a, input_tokens: {10**30}, output_tokens: 1}}]\n",
+        [], ["inst.yaml", "requests[0].input_tokens", str(10**30)],
+    ),
+    "inline_inf_arrival": (
+        GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1, arrival_ms: .inf}]\n",
+        [], ["inst.yaml", "requests[0].arrival_ms", "inf"],
+    ),
+    "huge_clients": (
+        "name: t\nmodel: pang-llama65b-ascend8\nsystem: {clients: 10000000000}\n"
+        "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
+        [], ["inst.yaml", "system.clients", "10000000000"],
+    ),
+    "time_limit_inf_in_file": (
+        GOOD_ONE + "solve: {time_limit_s: .inf}\n", [], ["inst.yaml", "solve.time_limit_s", "inf"],
+    ),
+    "jsonl_huge_tokens": (
+        GOOD_HEAD + "requests: {trace: huge.jsonl}\n", [],
+        ["huge.jsonl", "input_tokens (row 1)", "1e+30"],
+    ),
     "negative_time_limit": (
         GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\n",
         ["--time-limit", "-1"], ["--time-limit", "-1", "positive"],
@@ -98,6 +164,9 @@ CASES = {
 def test_cli_reports_user_mistakes_on_one_line(case, cli, tmp_path):
     text, args, fragments = CASES[case]
     (tmp_path / "trace.csv").write_text("time,prompt,answer\n0,1,2\n")
+    (tmp_path / "huge.jsonl").write_text(
+        '{"input_tokens": 5, "output_tokens": 6}\n{"input_tokens": 1e30, "output_tokens": 6}\n'
+    )
     (tmp_path / "bad.csv").write_text(
         "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,6\n1.5,7,-3\n"
     )

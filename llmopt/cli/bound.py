@@ -35,7 +35,7 @@ def bound(
     if as_json:
         payload = {"instance": inst.name, "instance_sha256": inst.sha256, "units": "ms",
                    "bounds": [b.to_dict() for b in found]}
-        sys.stdout.write(json.dumps(payload, indent=1) + "\n")
+        sys.stdout.write(json.dumps(payload, indent=1, allow_nan=False) + "\n")
         return
     out.print(_table(inst.name, found))
     for line in _explanations(found):
