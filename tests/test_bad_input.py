@@ -307,3 +307,11 @@ def test_fit_profile_numbers_must_be_positive(option, cli, tmp_path):
     args[option] = "nan" if option != "--layers" else "0"
     result = cli("fit-profile", tmp_path / "p.csv", *[x for kv in args.items() for x in kv])
     _one_line_error(result, option)
+
+
+def test_a_nameless_instance_needs_a_safe_file_stem(cli, tmp_path):
+    inst = tmp_path / "my inst.yaml"
+    inst.write_text(GOOD_ONE.replace("name: t\n", ""))
+    _one_line_error(cli("solve", inst, "--out", tmp_path / "out"), "my inst.yaml", "name",
+                    "'my inst'", "stem")
+    assert not (tmp_path / "out").exists()
