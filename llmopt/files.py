@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,26 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from llmopt.errors import InputFileError, LlmoptError
+from llmopt.errors import InputFileError, LlmoptError, OptionError
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SAFE_NAME_RULE = ("must be a safe file name: letters, digits, '.', '_', '-', starting with a "
+                  "letter or digit, at most 128 characters")
+
+
+def is_safe_name(name: str) -> bool:
+    return SAFE_NAME.fullmatch(name) is not None
+
+
+def out_path(folder: Path, *parts: str) -> Path:
+    """``folder/part/...`` for input-derived names, refused unless each part is a safe file name
+    and the path resolves inside ``folder``."""
+    path = folder.joinpath(*parts)
+    unsafe = next((p for p in parts if not is_safe_name(p)), None)
+    if unsafe is not None or not path.resolve().is_relative_to(folder.resolve()):
+        raise OptionError("would write outside the output folder", field="--out",
+                          value=str(path))
+    return path
 
 
 def read_text(path: Path, what: str = "file") -> str:

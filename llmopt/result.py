@@ -109,7 +109,7 @@ class Result:
             data["schedule"] = {"file": sidecar.name, "sha256": digest, "format": "parquet",
                                 "segments": len(self.schedule.segments),
                                 "iterations": len(self.schedule.iterations)}
-        write_atomic(path, json.dumps(data, indent=1) + "\n")
+        write_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
         return path
 
 

@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from llmopt.cli.common import InstanceArg, TimeLimitOpt, VerboseOpt, command, fmt_ms, out
+from llmopt.cli.common import (
+    InstanceArg,
+    TimeLimitOpt,
+    VerboseOpt,
+    check_number,
+    command,
+    fmt_ms,
+    out,
+)
 from llmopt.cli.common import progress as console_progress
 from llmopt.data.instance import load_instance
 from llmopt.problems.api import bounds as family_bounds
@@ -28,6 +36,7 @@ def bound(
     verbose: VerboseOpt = False,
 ) -> None:
     """Lower bounds on the total inference time, each with the time model it holds under."""
+    check_number(time_limit, "--time-limit")
     inst = load_instance(instance)
     progress = SILENT if as_json else console_progress(verbose)
     found = family_bounds(inst, time_limit, progress, solver_bounds)
@@ -35,7 +44,7 @@ def bound(
     if as_json:
         payload = {"instance": inst.name, "instance_sha256": inst.sha256, "units": "ms",
                    "bounds": [b.to_dict() for b in found]}
-        sys.stdout.write(json.dumps(payload, indent=1) + "\n")
+        sys.stdout.write(json.dumps(payload, indent=1, allow_nan=False) + "\n")
         return
     out.print(_table(inst.name, found))
     for line in _explanations(found):

@@ -3,11 +3,17 @@
 Error policy: a user's mistake (:class:`~llmopt.errors.LlmoptError`) prints one line ``error:
 <file>: <field>: <value>: <reason>`` and exits 2; Ctrl-C exits 130; anything else is a bug in
 llmopt: one line saying so, the traceback in a log file whose path it prints, exit 1.
+
+Numeric options are checked with :func:`check_number`, output folders with
+:func:`check_out_dir` before any work starts; :func:`write_solution` keeps a solution that cannot
+be written where asked.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
 import os
 import sys
 import tempfile
@@ -21,10 +27,12 @@ from rich.console import Console
 from rich.table import Table
 from typer.exceptions import TyperException
 
-from llmopt.errors import LlmoptError
+from llmopt.errors import LlmoptError, OptionError
+from llmopt.files import write_atomic
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import PROBLEMS
 from llmopt.progress import ConsoleProgress
+from llmopt.result import Result
 from llmopt.version import __version__
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
@@ -65,6 +73,47 @@ def command(fn: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_number(value: float | None, option: str, *, zero_ok: bool = False) -> None:
+    """An option's number must be finite and positive (or 0 when ``zero_ok``); None passes."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        allowed = "0 or a positive" if zero_ok else "a positive"
+        raise OptionError(f"must be {allowed}, finite number", field=option, value=value)
+
+
+def check_out_dir(folder: Path, option: str = "--out") -> None:
+    """The output folder exists, or its nearest existing ancestor does, as a writable folder;
+    nothing is created."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OptionError(f"{probe} is not a folder", field=option, value=str(folder))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OptionError(f"{probe} is not writable", field=option, value=str(folder))
+
+
+def write_solution(result: Result, path: Path, instance: Any) -> Path:
+    """``result.write`` to ``path``; if that fails, the whole solution (schedule inline) goes to
+    a new file of the current folder and an OptionError says where."""
+    try:
+        return result.write(path, instance)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        text = json.dumps(result.to_dict(instance), indent=1, allow_nan=False) + "\n"
+        try:
+            fd, rescued = tempfile.mkstemp(prefix=f"llmopt-{path.stem}-", suffix=".json",
+                                           dir=".")
+            os.close(fd)
+            write_atomic(Path(rescued), text)
+        except OSError:
+            sys.stdout.write(text)
+            rescued = "standard output"
+        raise OptionError(f"cannot write ({reason}); the solution was written to {rescued}",
+                          field="--out", value=str(path)) from exc
 
 
 def write_crash_log() -> str:

@@ -12,6 +12,8 @@ from llmopt.cli.common import (
     OutOpt,
     TimeLimitOpt,
     VerboseOpt,
+    check_number,
+    check_out_dir,
     command,
     out,
     policy_help,
@@ -19,7 +21,7 @@ from llmopt.cli.common import (
 )
 from llmopt.cli.replay import parse_policies
 from llmopt.data.instance import load_instance
-from llmopt.files import write_atomic
+from llmopt.files import out_path, write_atomic
 from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
 from llmopt.report import plot as plots
 from llmopt.report.compare import compare as run_compare
@@ -41,13 +43,15 @@ def compare(
     """Replay policies beside the best schedule llmopt finds and the lower bounds; write
     compare.md, compare.csv, compare.png. Default policies: the paper's of the instance's
     family."""
+    check_number(time_limit, "--time-limit")
+    check_out_dir(out_dir)
     inst = load_instance(instance)
     names = parse_policies(policy, inst.profile.family, "compare")
     shown = progress(verbose)
     comp = run_compare(inst, names, time_limit or inst.solve.time_limit_s or DEFAULT_TIME_LIMIT_S,
                        shown, optimize=optimize)
     shown.done()
-    folder = out_dir / inst.name
+    folder = out_path(out_dir, inst.name)
     md = comp.markdown()
     write_atomic(folder / "compare.md", f"# {inst.name}: schedules compared\n\n{md}")
     write_atomic(folder / "compare.csv", comp.table.to_csv(index=False))

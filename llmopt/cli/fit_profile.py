@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from llmopt.cli.common import command, out
+from llmopt.cli.common import check_number, check_out_dir, command, out
 from llmopt.data.cost import profile_from_mapping
 from llmopt.data.cost.fit import infermax_profile_from_profiling
 from llmopt.files import write_atomic
@@ -35,6 +35,14 @@ def fit_profile(
 ) -> None:
     """Build an InferMax cost profile: the non-attention line fitted to a profiling CSV, the
     attention terms from a roofline estimate, the derivation written into the profile."""
+    for option, value in (("--layers", layers), ("--q-heads", q_heads), ("--kv-heads", kv_heads),
+                          ("--head-dim", head_dim), ("--tp", tp), ("--hbm-tb-s", hbm_tb_s),
+                          ("--peak-tflops", peak_tflops), ("--kv-capacity", kv_capacity),
+                          ("--max-batch-tokens", max_batch_tokens)):
+        check_number(value, option)
+    check_number(per_prefill_request_ms, "--per-prefill-request-ms", zero_ok=True)
+    if out_file:
+        check_out_dir(out_file.parent)
     data = infermax_profile_from_profiling(
         csv, name=name, layers=layers, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim,
         tensor_parallel=tp, hbm_tb_s=hbm_tb_s, peak_tflops=peak_tflops,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from llmopt.cli.common import InstanceArg, SolutionArg, command, out
+from llmopt.cli.common import InstanceArg, SolutionArg, check_out_dir, command, out
 from llmopt.data.instance import load_instance
 from llmopt.errors import SolutionFileError
 from llmopt.report import plot as plots
@@ -24,9 +24,10 @@ def gantt(
 ) -> None:
     """Draw a solution: a Gantt chart with KV memory for schedules, the per-client assignment
     for bin packing."""
+    png = png or solution.with_suffix(".png")
+    check_out_dir(png.parent)
     inst = load_instance(instance)
     sol = read_solution(solution)
-    png = png or solution.with_suffix(".png")
     if sol.get("segments") is not None and len(sol["segments"]):
         sched = Schedule.from_solution(sol)
         ax = plots.gantt_figure(inst, sched.segments, sched.iterations if len(sched.iterations)

@@ -11,6 +11,7 @@ from llmopt.cli.common import (
     InstanceArg,
     OutOpt,
     VerboseOpt,
+    check_out_dir,
     command,
     err,
     metrics_table,
@@ -18,9 +19,11 @@ from llmopt.cli.common import (
     policy_help,
     progress,
     router_help,
+    write_solution,
 )
 from llmopt.data.instance import load_instance
 from llmopt.errors import LlmoptError, OptionError
+from llmopt.files import out_path
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
 from llmopt.report import plot as plots
@@ -61,6 +64,7 @@ def replay(
     (with metrics; segments and iteration log in a Parquet file beside it) and one Gantt chart
     per policy. Default policies: the paper's of the instance's profile family (Pang: baseline,
 offline, online, hybrid; InferMax: every scheduler)."""
+    check_out_dir(out_dir)
     inst = load_instance(instance)
     names = parse_policies(policy, inst.profile.family, "replay")
     plan_data = read_solution(plan) if plan else None
@@ -79,8 +83,8 @@ offline, online, hybrid; InferMax: every scheduler)."""
         finally:
             shown.done()
         rows.append((name, result.data["metrics"]))
-        base = out_dir / inst.name / f"replay-{name}"
-        path = result.write(base.with_suffix(".json"), inst)
+        base = out_path(out_dir, inst.name, f"replay-{name}")
+        path = write_solution(result, base.with_suffix(".json"), inst)
         written += [path, path.parent / sidecar_name(path)]
         if plot:
             ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,

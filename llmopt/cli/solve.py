@@ -12,14 +12,18 @@ from llmopt.cli.common import (
     InstanceArg,
     TimeLimitOpt,
     VerboseOpt,
+    check_number,
+    check_out_dir,
     command,
     fmt_ms,
     out,
     problem_help,
     progress,
     solver_help,
+    write_solution,
 )
 from llmopt.data.instance import load_instance
+from llmopt.files import out_path
 from llmopt.problems.api import resolve_options
 from llmopt.problems.api import solve as run_solve
 from llmopt.report import plot as plots
@@ -51,6 +55,8 @@ def solve(
 ) -> None:
     """Solve a problem on an instance; write the solution JSON (its schedule, if any, in a
     Parquet file beside it) and a PNG under OUT/<instance name>/<problem>-<solver>.*"""
+    check_number(time_limit, "--time-limit", zero_ok=True)
+    check_out_dir(out_dir)
     inst = load_instance(instance)
     problem, solver, time_limit = resolve_options(inst, problem, solver, time_limit)
     options = {"formulation": formulation, "bins": bins, "time_model": time_model,
@@ -58,8 +64,8 @@ def solve(
     result = run_solve(inst, problem, solver, time_limit, progress=progress(verbose),
                        **options)
     show(result)
-    base = out_dir / inst.name / f"{result.problem}-{result.solver}"
-    path = result.write(base.with_suffix(".json"), inst)
+    base = out_path(out_dir, inst.name, f"{result.problem}-{result.solver}")
+    path = write_solution(result, base.with_suffix(".json"), inst)
     out.print(f"wrote {path}")
     if result.schedule is not None:
         out.print(f"wrote {path.parent / sidecar_name(path)}")

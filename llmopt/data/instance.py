@@ -26,21 +26,35 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
-    PositiveInt,
     StrictInt,
     field_validator,
 )
 
 from llmopt.data.cost import CostProfile, load_profile
+from llmopt.data.ranges import (
+    MAX_CLIENTS,
+    MAX_INSTANCES,
+    MAX_MS,
+    MAX_RATE_PER_S,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+)
 from llmopt.data.traces import TRACE_FORMATS, read_trace
-from llmopt.errors import InstanceError, LlmoptError
-from llmopt.files import load_yaml_mapping, sha256_of, validated
+from llmopt.errors import InstanceError, LlmoptError, TraceError
+from llmopt.files import (
+    SAFE_NAME_RULE,
+    is_safe_name,
+    load_yaml_mapping,
+    sha256_of,
+    validated,
+)
 
-TokenCount = Annotated[StrictInt, Field(ge=1)]
+TokenCount = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
+Length = Annotated[float, Field(ge=-MAX_TOKENS, le=MAX_TOKENS)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Request(_Strict):
@@ -51,17 +65,17 @@ class Request(_Strict):
     id: str = Field(min_length=1)
     input_tokens: TokenCount
     output_tokens: TokenCount
-    arrival_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    arrival_ms: Annotated[float, Field(ge=0, le=MAX_MS)] = 0.0
 
 
 class System(_Strict):
     """The serving system: client slots (J), KV capacity (M), batch budgets (C, P), instances."""
 
-    clients: PositiveInt
-    kv_capacity: PositiveInt | None = None
-    max_batch_tokens: PositiveInt | None = None
-    max_prefill_tokens: PositiveInt | None = None
-    instances: PositiveInt = 1
+    clients: Annotated[StrictInt, Field(ge=1, le=MAX_CLIENTS)]
+    kv_capacity: TokenCount | None = None
+    max_batch_tokens: TokenCount | None = None
+    max_prefill_tokens: TokenCount | None = None
+    instances: Annotated[StrictInt, Field(ge=1, le=MAX_INSTANCES)] = 1
 
 
 class SolveDefaults(_Strict):
@@ -74,13 +88,13 @@ class Distribution(_Strict):
     """A length distribution, sampled and rounded to integers clipped to [min, max]."""
 
     dist: Literal["constant", "normal", "lognormal", "uniform"]
-    value: float | None = None
-    mean: float | None = None
-    std: Annotated[float, Field(ge=0)] | None = None
-    low: float | None = None
-    high: float | None = None
-    min: StrictInt = 1
-    max: StrictInt | None = None
+    value: Length | None = None
+    mean: Length | None = None
+    std: Annotated[float, Field(ge=0, le=MAX_TOKENS)] | None = None
+    low: Length | None = None
+    high: Length | None = None
+    min: Annotated[StrictInt, Field(le=MAX_TOKENS)] = 1
+    max: TokenCount | None = None
 
     def sample(self, rng: np.random.Generator, n: int, where: str, file: Path) -> np.ndarray:
         def need(name: str) -> float:
@@ -111,18 +125,19 @@ class Distribution(_Strict):
         if self.max is not None and self.max < lo:
             raise InstanceError(f"max must be >= min ({lo})", file=file, field=f"{where}.max",
                                 value=self.max)
-        return np.clip(np.rint(x), lo, self.max if self.max is not None else None).astype(int)
+        hi = self.max if self.max is not None else MAX_TOKENS
+        return np.clip(np.rint(x), lo, hi).astype(np.int64)
 
 
 class Arrivals(_Strict):
     """Arrival process of generated requests: all at 0 (offline) or Poisson at a rate."""
 
     process: Literal["offline", "poisson"] = "offline"
-    rate_per_s: PositiveFloat | None = None
+    rate_per_s: Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)] | None = None
 
 
 class GeneratorSpec(_Strict):
-    count: PositiveInt
+    count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)]
     seed: StrictInt
     input: Distribution
     output: Distribution
@@ -133,7 +148,7 @@ class TraceSpec(_Strict):
     trace: str = Field(min_length=1)
     format: str = "auto"
     start: Annotated[StrictInt, Field(ge=0)] = 0
-    limit: PositiveInt | None = None
+    limit: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)] | None = None
 
     @field_validator("format")
     @classmethod
@@ -148,13 +163,24 @@ class _GenerateDoc(_Strict):
     generate: GeneratorSpec
 
 
+def _check_name(name: str) -> str:
+    if not is_safe_name(name):
+        raise ValueError(SAFE_NAME_RULE)
+    return name
+
+
 class _InstanceDoc(_Strict):
-    name: str | None = Field(default=None, min_length=1)
+    name: str | None = None
     description: str | None = None
     model: str | dict[str, Any]
     system: System
     requests: Any
     solve: SolveDefaults = SolveDefaults()
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str | None) -> str | None:
+        return None if value is None else _check_name(value)
 
 
 @dataclass(frozen=True)
@@ -230,6 +256,9 @@ def instance_from_mapping(data: dict[str, Any], *, file: Path | None = None,
     requests = _materialise_requests(doc.requests, file=file, base_dir=base_dir)
     _check_requests(requests, file)
     name = doc.name or (file.stem if file else "instance")
+    if not is_safe_name(name):
+        raise InstanceError(f"none given, and the file's stem is unusable: it {SAFE_NAME_RULE}",
+                            file=file, field="name", value=name)
     return Instance(name=name, profile=profile, system=doc.system, requests=tuple(requests),
                     solve=doc.solve, path=file, description=doc.description)
 
@@ -254,9 +283,10 @@ def _materialise_requests(spec: Any, *, file: Path | None, base_dir: Path) -> li
         if "trace" in spec:
             tspec: TraceSpec = validated(TraceSpec, spec, file=file, prefix="requests",
                                          error=InstanceError)
-            rows = read_trace(base_dir / tspec.trace, tspec.format, start=tspec.start,
-                              limit=tspec.limit)
-            return [Request.model_validate(row) for row in rows]
+            trace = base_dir / tspec.trace
+            rows = read_trace(trace, tspec.format, start=tspec.start, limit=tspec.limit)
+            return [validated(Request, row, file=trace, prefix=f"rows[{i}]", error=TraceError)
+                    for i, row in enumerate(rows)]
         gdoc: _GenerateDoc = validated(_GenerateDoc, spec, file=file, prefix="requests",
                                        error=InstanceError)
         return generate_requests(gdoc.generate, file=file)
@@ -287,13 +317,17 @@ def generate_requests(spec: GeneratorSpec, *, file: Path | None = None) -> list[
     else:
         arrivals = np.zeros(spec.count)
     return [
-        Request.model_validate({"id": f"r{i}", "input_tokens": int(a),
-                                "output_tokens": int(b), "arrival_ms": float(t)})
+        validated(Request, {"id": f"r{i}", "input_tokens": int(a), "output_tokens": int(b),
+                            "arrival_ms": float(t)},
+                  file=file, prefix=f"requests.generate[{i}]", error=InstanceError)
         for i, (a, b, t) in enumerate(zip(inputs, outputs, arrivals, strict=True))
     ]
 
 
 def _check_requests(requests: list[Request], file: Path | None) -> None:
+    if len(requests) > MAX_REQUESTS:
+        raise InstanceError(f"more than {MAX_REQUESTS:,} requests", file=file, field="requests",
+                            value=len(requests))
     seen: dict[str, int] = {}
     for i, r in enumerate(requests):
         if r.id in seen:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmopt.data.ranges import MAX_TOKENS
 from llmopt.errors import TraceError
 
 VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
@@ -157,10 +158,11 @@ def _numeric(col: pd.Series, path: Path, name: str) -> pd.Series:
 
 def _tokens(col: pd.Series, path: Path, name: str) -> np.ndarray:
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values))
+    bad = (~np.isfinite(values) | (values < 1) | (values > MAX_TOKENS)
+           | (values != np.round(values)))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise TraceError("must be a positive integer token count", file=path,
+        raise TraceError(f"must be an integer token count in [1, {MAX_TOKENS:_}]", file=path,
                          field=f"{name} (row {row})", value=col.iloc[row], has_value=True)
     return values.astype(np.int64)
 

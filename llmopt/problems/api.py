@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from llmopt.data.instance import Instance
@@ -38,10 +39,11 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
         raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
                           file=instance.label() if from_file else None,
                           field="solve.solver" if from_file else "--solver", value=solver)
-    if time_limit_s is not None and (time_limit_s < 0 or (time_limit_s == 0
-                                     and problem not in ZERO_TIME_LIMIT_PROBLEMS)):
+    if time_limit_s is not None and (not math.isfinite(time_limit_s) or time_limit_s < 0 or (
+            time_limit_s == 0 and problem not in ZERO_TIME_LIMIT_PROBLEMS)):
         allowed = "positive" if problem not in ZERO_TIME_LIMIT_PROBLEMS else "0 or positive"
-        raise OptionError(f"must be {allowed}", field="--time-limit", value=time_limit_s)
+        raise OptionError(f"must be {allowed} and finite", field="--time-limit",
+                          value=time_limit_s)
     return problem, solver, time_limit_s
 
 
@@ -72,6 +74,8 @@ def bounds(instance: Instance, time_limit_s: float | None = None, progress: Prog
     """The lower bounds of the instance's cost-profile family, each saying the time model it
     holds under."""
     limit = time_limit_s or instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
+    if not (math.isfinite(limit) and limit > 0):
+        raise OptionError("must be positive and finite", field="--time-limit", value=limit)
     found: list[Bound] = load(family_of(instance).bounds)(instance, limit, progress,
                                                           solver_bounds)
     return found

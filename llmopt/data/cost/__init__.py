@@ -21,9 +21,7 @@ from __future__ import annotations
 import os
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from llmopt.data.cost.base import CostProfile
 from llmopt.data.cost.bilinear import BilinearProfile
@@ -32,13 +30,9 @@ from llmopt.data.cost.pang import PangLinearProfile, prefill_levels
 from llmopt.errors import ProfileError
 from llmopt.files import load_yaml_mapping, validated
 
-Profile = Annotated[PangLinearProfile | BilinearProfile | InferMaxProfile,
-                    Field(discriminator="family")]
-FAMILIES = ("pang_linear", "bilinear", "infermax")
-
-
-class _ProfileDoc(BaseModel):
-    profile: Profile
+PROFILE_CLASSES: dict[str, type[CostProfile]] = {
+    "pang_linear": PangLinearProfile, "bilinear": BilinearProfile, "infermax": InferMaxProfile}
+FAMILIES = tuple(PROFILE_CLASSES)
 
 
 def models_dirs() -> list[Path]:
@@ -69,8 +63,9 @@ def profile_from_mapping(data: Any, *, file: str | Path | None, field: str = "")
             file=file, field=f"{field}.family" if field else "family", value=family,
             has_value=True,
         )
-    doc = validated(_ProfileDoc, {"profile": data}, file=file, prefix=field, error=ProfileError)
-    return doc.profile
+    profile: CostProfile = validated(PROFILE_CLASSES[family], data, file=file, prefix=field,
+                                     error=ProfileError)
+    return profile
 
 
 def load_profile(

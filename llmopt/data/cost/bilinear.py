@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import PositiveInt
-
-from llmopt.data.cost.base import CostProfile, _Strict
+from llmopt.data.cost.base import Coefficient, CostProfile, Tokens, _Strict
 
 
 class BilinearCoefficients(_Strict):
-    alpha: float
-    beta: float
-    gamma: float
-    delta: float
+    alpha: Coefficient
+    beta: Coefficient
+    gamma: Coefficient
+    delta: Coefficient
 
     def __call__(self, batch: float, length: float) -> float:
         return self.alpha * batch * length + self.beta * batch + self.gamma * length + self.delta
@@ -26,7 +24,11 @@ class BilinearProfile(CostProfile):
     family: Literal["bilinear"]
     prefill: BilinearCoefficients
     decode: BilinearCoefficients
-    valid_max_tokens: PositiveInt | None = None
+    valid_max_tokens: Tokens | None = None
+
+    def time_coefficients(self) -> list[float]:
+        return [c.alpha for c in (self.prefill, self.decode)] + [
+            v for c in (self.prefill, self.decode) for v in (c.beta, c.gamma, c.delta)]
 
     def prefill_ms(self, batch: int, input_tokens: int) -> float:
         """Eq 14: prefill time of a request of ``input_tokens`` in a batch of ``batch``."""

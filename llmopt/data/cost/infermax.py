@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import PositiveInt
-
-from llmopt.data.cost.base import CostProfile, NonNegFloat
+from llmopt.data.cost.base import CostProfile, NonNegFloat, Tokens
 
 
 class InferMaxProfile(CostProfile):
@@ -27,9 +25,13 @@ class InferMaxProfile(CostProfile):
     decode_kv_ms: NonNegFloat
     prefill_attention_ms: NonNegFloat
     per_prefill_request_ms: NonNegFloat
-    kv_capacity: PositiveInt | None = None
-    max_batch_tokens: PositiveInt | None = None
+    kv_capacity: Tokens | None = None
+    max_batch_tokens: Tokens | None = None
     derivation: str | None = None
+
+    def time_coefficients(self) -> list[float]:
+        return [self.bias_ms, self.per_token_ms, self.decode_kv_ms, self.prefill_attention_ms,
+                self.per_prefill_request_ms]
 
     def batch_ms(self, tokens: float, decode_kv: float, prefill_units: float,
                  prefill_requests: int) -> float:

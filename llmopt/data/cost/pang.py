@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import PositiveInt
-
-from llmopt.data.cost.base import CostProfile, NonNegFloat, _Strict
+from llmopt.data.cost.base import Clients, CostProfile, NonNegFloat, Tokens, _Strict
 
 
 class LinearStage(_Strict):
@@ -22,8 +20,8 @@ class LinearRound(_Strict):
 
 
 class KvCache(_Strict):
-    blocks: PositiveInt
-    block_size: PositiveInt
+    blocks: Tokens
+    block_size: Tokens
 
     @property
     def tokens(self) -> int:
@@ -37,9 +35,13 @@ class PangLinearProfile(CostProfile):
     prefill: LinearStage
     decode: LinearRound
     kv: KvCache | None = None
-    clients: PositiveInt | None = None
-    max_prefill_tokens: PositiveInt | None = None
-    prefill_level_step: PositiveInt | None = None
+    clients: Clients | None = None
+    max_prefill_tokens: Tokens | None = None
+    prefill_level_step: Tokens | None = None
+
+    def time_coefficients(self) -> list[float]:
+        return [self.prefill.overhead_ms, self.prefill.per_token_ms, self.decode.overhead_ms,
+                self.decode.per_client_ms]
 
     def prefill_stage_ms(self, tokens: int) -> float:
         """Duration of a prefill stage that processes ``tokens`` prompt tokens (0 if empty)."""
