@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import TOY, make_instance
+from llmopt.experiments.case_study import gsm8k_like
 from llmopt.problems.api import solve
 from llmopt.problems.pang.binpacking import (
     BinPacking,
@@ -150,9 +151,20 @@ def test_time_limited_solve_keeps_incumbent_and_bound():
     rng = np.random.default_rng(0)
     outputs = [int(x) for x in np.clip(rng.normal(345, 188, 100), 1, 512)]
     inst = make_instance(outputs, 20)
-    r = solve(inst, "binpacking", "highs", time_limit_s=1.0)
-    assert r.status in ("feasible", "optimal", "time_limit_no_solution")
-    assert r.bound is not None and r.bound > 0
-    if r.status != "time_limit_no_solution":
-        assert r.objective >= r.bound
+    quick = solve(inst, "binpacking", "heuristic")
+    for solver in ("highs", "cpsat"):
+        r = solve(inst, "binpacking", solver, time_limit_s=1.0)
+        assert r.status in ("feasible", "optimal"), solver  # it starts from the heuristic
+        assert r.bound is not None and 0 < r.bound <= r.objective <= quick.objective + 1e-9
         assert validate_solution(inst, r.to_dict(inst)) == []
+
+
+@pytest.mark.parametrize("solver", ["highs", "cpsat"])
+def test_named_solvers_return_the_optimum_their_start_already_proves(solver):
+    inst = gsm8k_like(1319, 200, 0)
+    r = solve(inst, "binpacking", solver, time_limit_s=30)
+    best = solve(inst, "binpacking", "auto", time_limit_s=30)
+    assert best.status == "optimal" and best.data["lower_bound"]["name"] == "ceil(sum/J)"
+    assert r.status == "optimal" and r.objective == pytest.approx(best.objective)
+    assert any("not run" in n for n in r.notes)
+    assert validate_solution(inst, r.to_dict(inst)) == []

@@ -298,6 +298,16 @@ def pyomo_model(bp: BinPacking) -> pyo.ConcreteModel:
     return m
 
 
+def pyomo_start(m: pyo.ConcreteModel, bp: BinPacking, assign: np.ndarray) -> pyo.ComponentMap:
+    """The values of every variable of :func:`pyomo_model` for ``assign`` (a warm start)."""
+    loads = bp.loads(assign)
+    start = pyo.ComponentMap((m.x[i, j], float(assign[i] == j))
+                             for i in range(bp.n) for j in range(bp.bins))
+    start.update((m.t[j], float(loads[j])) for j in range(bp.bins))
+    start[m.tmax] = float(loads.max())
+    return start
+
+
 def cpsat_model(bp: BinPacking, *, strengthen: bool = False, hint: np.ndarray | None = None,
                 lower: int = 0, upper: int | None = None
                 ) -> tuple[cp_model.CpModel, list[list[cp_model.IntVar]]]:
@@ -353,23 +363,31 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     progress.incumbent(None, bp.to_ms(lb), " ms")
     if solver in ("auto", "heuristic"):
         return _solve_fast(bp, solver, bound, t0, deadline, time_limit_s, progress)
+    start = lpt(bp.weights, bp.bins)  # every solver starts from LPT + improvement moves
+    improve(bp.weights, bp.bins, start, lb, min(deadline, time.perf_counter() + 1.0))
+    if int(bp.loads(start).max()) == lb and solver in ("highs", "cpsat"):
+        return _result(bp, "optimal", start, bound, solver, f"llmopt {__version__}", t0,
+                       time_limit_s, proof=f"incumbent load {lb} tokens equals the lower bound "
+                                           f"{bound.text}",
+                       notes=[f"{solver} not run: its start already meets the lower bound"])
+    progress.incumbent(bp.to_ms(int(bp.loads(start).max())), bp.to_ms(lb), " ms")
     if solver == "highs":
         progress.stage(f"HiGHS on eqs 26–30 ({bp.n} × {bp.bins} binaries)")
         model = pyomo_model(bp)
         out = highs_backend.solve_highs(
             model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
-            unit=" ms", mip_abs_gap=1 - 1e-6,
+            unit=" ms", mip_abs_gap=1 - 1e-6, warm_start=pyomo_start(model, bp, start),
             collect=lambda value: _read_pyomo_assignment(model, bp, value),
         )
-        return _from_outcome(bp, out, "highs", bound, t0, time_limit_s, "HiGHS")
+        return _from_outcome(bp, out, "highs", bound, t0, time_limit_s, "HiGHS", start)
     if solver == "cpsat":
         progress.stage(f"CP-SAT on eqs 26–30 ({bp.n} × {bp.bins} booleans)")
-        model, x = cpsat_model(bp)
+        model, x = cpsat_model(bp, hint=start)
         out = cpsat_backend.solve_cpsat(
             model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
             unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
         )
-        return _from_outcome(bp, out, "cpsat", bound, t0, time_limit_s, "CP-SAT")
+        return _from_outcome(bp, out, "cpsat", bound, t0, time_limit_s, "CP-SAT", start)
     raise ValueError(f"unknown solver {solver!r}")
 
 
@@ -595,32 +613,34 @@ def _read_pyomo_assignment(m: pyo.ConcreteModel, bp: BinPacking, value) -> np.nd
 
 
 def _from_outcome(bp: BinPacking, out: Outcome, solver: str, bound: _Bound, t0: float,
-                  time_limit_s: float | None, name: str) -> Result:
+                  time_limit_s: float | None, name: str, start: np.ndarray) -> Result:
+    """The solver's answer, or the start it was given when it returned nothing better."""
     solver_bound = int(np.ceil((out.bound or 0) - 1e-6))
     bound.raise_to(solver_bound, solver, f"{name} dual bound = {solver_bound} tokens")
     if out.ending == "infeasible":  # cannot happen for J ≥ 1, reported rather than hidden
         return Result("binpacking", solver, "infeasible", None, None,
                       time.perf_counter() - t0, time_limit_s, out.solver_version)
-    if out.solution is None:
-        status = "error" if out.ending == "error" else "time_limit_no_solution"
-        return Result("binpacking", solver, status, None, bp.to_ms(bound.tokens),
-                      time.perf_counter() - t0, time_limit_s, out.solver_version,
-                      interrupted=out.interrupted, notes=[out.message] if out.message else [],
-                      data={"lower_bound": {"name": bound.name, "tokens": bound.tokens}})
-    ub = int(bp.loads(out.solution).max())
+    assign = start
+    if out.solution is not None and bp.loads(out.solution).max() <= bp.loads(start).max():
+        assign = out.solution
+    ub = int(bp.loads(assign).max())
     if bound.tokens >= ub:
+        closed_form = bound.name != solver
         bound.tokens = ub  # a dual bound above the incumbent cannot be: report the proven value
-        proof = (f"{name} proved optimality" if out.ending == "optimal"
-                 else f"{name} dual bound rounds up to the incumbent")
-        return _result(bp, "optimal", out.solution, bound, solver, out.solver_version, t0,
-                       time_limit_s, proof=f"{proof}: makespan {ub} tokens")
-    return _result(bp, "feasible", out.solution, bound, solver, out.solver_version, t0,
-                   time_limit_s, interrupted=out.interrupted)
+        proof = (f"incumbent load {ub} tokens equals the lower bound {bound.text}" if closed_form
+                 else f"{name} proved optimality: makespan {ub} tokens"
+                 if out.ending == "optimal"
+                 else f"{name} dual bound rounds up to the incumbent: makespan {ub} tokens")
+        return _result(bp, "optimal", assign, bound, solver, out.solver_version, t0,
+                       time_limit_s, proof=proof)
+    return _result(bp, "feasible", assign, bound, solver, out.solver_version, t0,
+                   time_limit_s, interrupted=out.interrupted,
+                   notes=[out.message] if out.message else [])
 
 
 def _result(bp: BinPacking, status: str, assign: np.ndarray, bound: _Bound, solver: str,
             version: str, t0: float, time_limit_s: float | None, *, proof: str | None = None,
-            interrupted: bool = False) -> Result:
+            interrupted: bool = False, notes: list[str] | None = None) -> Result:
     loads = bp.loads(assign)
     return Result(
         problem="binpacking",
@@ -633,6 +653,7 @@ def _result(bp: BinPacking, status: str, assign: np.ndarray, bound: _Bound, solv
         solver_version=version,
         proof=proof,
         interrupted=interrupted,
+        notes=notes or [],
         data={
             "t_round_ms": bp.ms_per_unit,
             "assignment": {rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
