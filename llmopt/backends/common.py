@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,3 +40,40 @@ def interrupted_before_the_solver(solver_version: str, phase: str) -> Outcome:
     return Outcome(ending="no_solution", objective=None, bound=None, runtime_s=0.0,
                    solver_version=solver_version, interrupted=True,
                    message=f"interrupted during {phase}: the best heuristic schedule is kept")
+
+
+def time_left(deadline: float) -> float | None:
+    """Seconds a solver may still use: None when the model was built after the deadline (the
+    solver is then not run)."""
+    left = deadline - time.perf_counter()
+    return left if left > 0.05 else None
+
+
+def out_of_time_while_building(solver_version: str) -> Outcome:
+    """The model was ready only after the time limit: the caller keeps its incumbent."""
+    return Outcome(ending="no_solution", objective=None, bound=None, runtime_s=0.0,
+                   solver_version=solver_version,
+                   message="time limit reached while building the model: the solver was not "
+                           "run; the best heuristic schedule is kept")
+
+
+MODEL_MEMORY_LIMIT_MB = 2048  # a model whose estimated peak memory is larger is not built
+
+
+def model_too_large(estimate_mb: float, what: str, advice: str, solver_version: str, *,
+                    build_s: float = 0.0, deadline: float = math.inf) -> Outcome | None:
+    """An outcome that skips the model (the caller keeps its incumbent) when its estimated
+    memory exceeds :data:`MODEL_MEMORY_LIMIT_MB` or its estimated building time (``build_s``)
+    would pass the deadline; None when it may be built."""
+    if estimate_mb > MODEL_MEMORY_LIMIT_MB:
+        need = (f"would need about {estimate_mb / 1024:.1f} GB (limit "
+                f"{MODEL_MEMORY_LIMIT_MB / 1024:.0f} GB)")
+    elif time.perf_counter() + build_s > deadline:
+        need = (f"would take about {build_s:.0f} s to build, more than the "
+                f"{max(deadline - time.perf_counter(), 0):.0f} s left")
+    else:
+        return None
+    return Outcome(ending="no_solution", objective=None, bound=None, runtime_s=0.0,
+                   solver_version=solver_version,
+                   message=f"{what} {need}: not built; {advice}; the best heuristic schedule "
+                           "is kept")

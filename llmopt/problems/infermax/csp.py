@@ -54,7 +54,13 @@ import numpy as np
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
-from llmopt.backends.common import Outcome, interrupted_before_the_solver
+from llmopt.backends.common import (
+    Outcome,
+    interrupted_before_the_solver,
+    model_too_large,
+    out_of_time_while_building,
+    time_left,
+)
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError, SolutionFileError
 from llmopt.policies.infermax import deploy_plan
@@ -77,6 +83,7 @@ if TYPE_CHECKING:
 
 SOLVERS = ("auto", "cpsat", "highs")
 _VERSIONS = {"highs": highs_backend.version, "cpsat": cpsat_backend.version}
+MB_PER_REQUEST_BATCH = 0.06  # building and solving, per (request, batch) pair (Azure sample)
 def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
                 upper_ms: float | None = None):
     from ortools.sat.python import cp_model
@@ -350,10 +357,9 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         raise OptionError("must be at least 1", field="--bins", value=bins)
     N = bins or max(len(best_plan), min(n_max, 3 * len(best_plan)))
     limit = time_limit_s if time_limit_s is not None else math.inf
-    remaining = max(limit - (time.perf_counter() - t0), 1.0)
     backend = "highs" if solver == "highs" else "cpsat"
     try:  # an incumbent exists: Ctrl-C keeps it
-        out, bound_ms = _solve_model(data, N, n_max, best_plan, best_ms, backend, remaining,
+        out, bound_ms = _solve_model(data, N, n_max, best_plan, best_ms, backend, t0 + limit,
                                      workers, progress)
     except KeyboardInterrupt:
         out, bound_ms = interrupted_before_the_solver(_VERSIONS[backend](),
@@ -395,20 +401,31 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
 
 
 def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, Any]],
-                 best_ms: float, backend: str, remaining: float, workers: int | None,
+                 best_ms: float, backend: str, deadline: float, workers: int | None,
                  progress: Progress) -> tuple[Outcome, float | None]:
-    """The CSP on ``N`` batches, hinted with the best heuristic plan; the outcome and its bound
-    in ms."""
+    """The CSP on ``N`` batches, hinted with the best heuristic plan, solved in the time left
+    after building it; the outcome and its bound in ms."""
     progress.stage(f"InferMax CSP, {backend}, N = {N} batches (N_max = {n_max})")
+    too_large = model_too_large(300 + MB_PER_REQUEST_BATCH * data.n * N,
+                                f"the CSP with N = {N} batches for {data.n} requests",
+                                "use fewer requests or --bins", _VERSIONS[backend]())
+    if too_large is not None:
+        return too_large, None
     if backend == "cpsat":
         md, var = build_cpsat(data, N, hint=best_plan if len(best_plan) <= N else None,
                               upper_ms=best_ms)
+        remaining = time_left(deadline)
+        if remaining is None:
+            return out_of_time_while_building(cpsat_backend.version()), None
         out = cpsat_backend.solve_cpsat(
             md, time_limit_s=remaining, progress=progress, scale=1 / data.scale, unit=" ms",
             workers=workers, collect=lambda value: _plan_from_cpsat(data, var, N, value))
         bound_ms = None if out.bound is None else out.bound / data.scale
     else:
         m = infermax_mip.build(data, N)
+        remaining = time_left(deadline)
+        if remaining is None:
+            return out_of_time_while_building(highs_backend.version()), None
         out = highs_backend.solve_highs(
             m, time_limit_s=remaining, progress=progress, unit=" ms",
             warm_start=(infermax_mip.warm_start(m, data, best_plan, N)

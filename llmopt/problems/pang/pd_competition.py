@@ -34,7 +34,13 @@ import numpy as np
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
-from llmopt.backends.common import Outcome, interrupted_before_the_solver
+from llmopt.backends.common import (
+    Outcome,
+    interrupted_before_the_solver,
+    model_too_large,
+    out_of_time_while_building,
+    time_left,
+)
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError, OptionError
 from llmopt.policies.replay import replay
@@ -137,7 +143,7 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
     """The chosen formulation on ``K`` bins, warm-started from the best heuristic plan."""
     padded = None if best.prefill_stages() > K else _pad(best, K, problem)
     horizon = pd_compact.decode_horizon(problem, best_total, time_model)
-    remaining = max(limit - (time.perf_counter() - t0), 1.0)
+    deadline = t0 + limit
     use_lns = (solver == "auto" and formulation == "compact"
                and problem.n * K > FULL_MODEL_LIMIT)
     progress.stage(f"{formulation} formulation, {backend}, K = {K} bins"
@@ -145,8 +151,19 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
     if use_lns:
         out = _lns(problem, best, time_model, t0 + limit, progress)
     elif formulation == "original":
+        size = pd_original.estimated_size(problem, K)
+        too_large = model_too_large(
+            size * pd_original.BYTES_PER_ELEMENT / 2**20,
+            f"the original formulation with K = {K} bins ({size:,} variables and constraints)",
+            "use --formulation compact or fewer --bins", highs_backend.version(),
+            build_s=size * pd_original.SECONDS_PER_ELEMENT, deadline=deadline)
+        if too_large is not None:
+            return too_large
         m = pd_original.build(problem, K, literal=literal, cuts=cuts, decode_lb=d_lb)
         start = pd_original.warm_start(m, problem, padded) if padded else None
+        remaining = time_left(deadline)
+        if remaining is None:
+            return out_of_time_while_building(highs_backend.version())
         out = highs_backend.solve_highs(
             m, time_limit_s=remaining, progress=progress, warm_start=start, unit=" ms",
             collect=lambda value: pd_original.extract_plan(m, problem, K, value))
@@ -154,6 +171,9 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
         md, var = pd_compact.build_cpsat(problem, K, time_model, horizon=horizon, hint=padded,
                                          min_decode_end=d_lb)
         W = var["weights"]
+        remaining = time_left(deadline)
+        if remaining is None:
+            return out_of_time_while_building(cpsat_backend.version())
         out = cpsat_backend.solve_cpsat(
             md, time_limit_s=remaining, progress=progress, scale=1 / W.scale, unit=" ms",
             collect=lambda value: pd_compact.plan_from_bins(
@@ -165,6 +185,9 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
             out.message += "; objective coefficients rounded to 1e-6 ms"
     else:
         m = pd_compact.build_highs(problem, K, time_model, horizon=horizon)
+        remaining = time_left(deadline)
+        if remaining is None:
+            return out_of_time_while_building(highs_backend.version())
         out = highs_backend.solve_highs(
             m, time_limit_s=remaining, progress=progress, unit=" ms",
             collect=lambda value: pd_compact.plan_from_bins(
