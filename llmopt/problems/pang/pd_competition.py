@@ -149,15 +149,9 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
     progress.stage(f"{formulation} formulation, {backend}, K = {K} bins"
                    + (" (window LNS)" if use_lns else ""))
     if use_lns:
-        out = _lns(problem, best, time_model, t0 + limit, progress)
+        out = _lns(problem, best, time_model, deadline, progress)
     elif formulation == "original":
-        size = pd_original.estimated_size(problem, K)
-        too_large = model_too_large(
-            size * pd_original.BYTES_PER_ELEMENT / 2**20,
-            f"the original formulation with K = {K} bins ({size:,} variables and constraints)",
-            "use --formulation compact or fewer --bins", highs_backend.version(),
-            build_s=size * pd_original.SECONDS_PER_ELEMENT, deadline=deadline)
-        if too_large is not None:
+        if (too_large := _original_too_large(problem, K, deadline)) is not None:
             return too_large
         m = pd_original.build(problem, K, literal=literal, cuts=cuts, decode_lb=d_lb)
         start = pd_original.warm_start(m, problem, padded) if padded else None
@@ -167,6 +161,8 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
         out = highs_backend.solve_highs(
             m, time_limit_s=remaining, progress=progress, warm_start=start, unit=" ms",
             collect=lambda value: pd_original.extract_plan(m, problem, K, value))
+    elif (too_large := _compact_too_large(problem, K, backend, deadline)) is not None:
+        return too_large
     elif backend == "cpsat":
         md, var = pd_compact.build_cpsat(problem, K, time_model, horizon=horizon, hint=padded,
                                          min_decode_end=d_lb)
@@ -193,6 +189,25 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
             collect=lambda value: pd_compact.plan_from_bins(
                 problem, pd_compact.highs_bins(m, problem, K, value), "compact HiGHS"))
     return out
+
+
+def _original_too_large(problem: PDProblem, K: int, deadline: float) -> Outcome | None:
+    size = pd_original.estimated_size(problem, K)
+    return model_too_large(
+        size * pd_original.BYTES_PER_ELEMENT / 2**20,
+        f"the original formulation with K = {K} bins ({size:,} variables and constraints)",
+        "use --formulation compact or fewer --bins", highs_backend.version(),
+        build_s=size * pd_original.SECONDS_PER_ELEMENT, deadline=deadline)
+
+
+def _compact_too_large(problem: PDProblem, K: int, backend: str, deadline: float
+                       ) -> Outcome | None:
+    mb, seconds = pd_compact.FOOTPRINT[backend]
+    pairs = problem.n * K
+    return model_too_large(pd_compact.BASE_MB + mb * pairs,
+                           f"the compact formulation with K = {K} bins for {problem.n} requests",
+                           "use --solver auto (window search) or fewer --bins",
+                           _VERSIONS[backend](), build_s=seconds * pairs, deadline=deadline)
 
 
 def _lns(problem: PDProblem, start: Plan, model: str, deadline: float, progress: Progress):
