@@ -42,10 +42,12 @@ def interrupted_before_the_solver(solver_version: str, phase: str) -> Outcome:
                    message=f"interrupted during {phase}: the best heuristic schedule is kept")
 
 
-def time_left(deadline: float) -> float | None:
-    """Seconds a solver may still use: None when the model was built after the deadline (the
-    solver is then not run)."""
-    left = deadline - time.perf_counter()
+def time_left(deadline: float, limit: float) -> float | None:
+    """Seconds a solver may still use, keeping back what loading its model and reading and
+    replaying its answer take (a tenth of the time limit, 0.5–5 s); None when the model was
+    built too late (the solver is then not run)."""
+    reserve = min(max(0.1 * limit, 0.5), 5.0) if math.isfinite(limit) else 0.0
+    left = deadline - reserve - time.perf_counter()
     return left if left > 0.05 else None
 
 

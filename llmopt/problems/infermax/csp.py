@@ -366,7 +366,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     backend = "highs" if solver == "highs" else "cpsat"
     try:  # an incumbent exists: Ctrl-C keeps it
         out, bound_ms = _solve_model(data, N, n_max, best_plan, best_ms, backend, t0 + limit,
-                                     workers, progress)
+                                     limit, workers, progress)
     except KeyboardInterrupt:
         out, bound_ms = interrupted_before_the_solver(_VERSIONS[backend](),
                                                       "the model building"), None
@@ -407,8 +407,8 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
 
 
 def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, Any]],
-                 best_ms: float, backend: str, deadline: float, workers: int | None,
-                 progress: Progress) -> tuple[Outcome, float | None]:
+                 best_ms: float, backend: str, deadline: float, limit: float,
+                 workers: int | None, progress: Progress) -> tuple[Outcome, float | None]:
     """The CSP on ``N`` batches, hinted with the best heuristic plan, solved in the time left
     after building it; the outcome and its bound in ms."""
     progress.stage(f"InferMax CSP, {backend}, N = {N} batches (N_max = {n_max})")
@@ -423,7 +423,7 @@ def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, An
     if backend == "cpsat":
         md, var = build_cpsat(data, N, hint=best_plan if len(best_plan) <= N else None,
                               upper_ms=best_ms)
-        remaining = time_left(deadline)
+        remaining = time_left(deadline, limit)
         if remaining is None:
             return out_of_time_while_building(cpsat_backend.version()), None
         out = cpsat_backend.solve_cpsat(
@@ -432,7 +432,7 @@ def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, An
         bound_ms = None if out.bound is None else out.bound / data.scale
     else:
         m = infermax_mip.build(data, N)
-        remaining = time_left(deadline)
+        remaining = time_left(deadline, limit)
         if remaining is None:
             return out_of_time_while_building(highs_backend.version()), None
         out = highs_backend.solve_highs(

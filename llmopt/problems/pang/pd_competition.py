@@ -155,7 +155,7 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
             return too_large
         m = pd_original.build(problem, K, literal=literal, cuts=cuts, decode_lb=d_lb)
         start = pd_original.warm_start(m, problem, padded) if padded else None
-        remaining = time_left(deadline)
+        remaining = time_left(deadline, limit)
         if remaining is None:
             return out_of_time_while_building(highs_backend.version())
         out = highs_backend.solve_highs(
@@ -167,7 +167,7 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
         md, var = pd_compact.build_cpsat(problem, K, time_model, horizon=horizon, hint=padded,
                                          min_decode_end=d_lb)
         W = var["weights"]
-        remaining = time_left(deadline)
+        remaining = time_left(deadline, limit)
         if remaining is None:
             return out_of_time_while_building(cpsat_backend.version())
         out = cpsat_backend.solve_cpsat(
@@ -181,7 +181,7 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
             out.message += "; objective coefficients rounded to 1e-6 ms"
     else:
         m = pd_compact.build_highs(problem, K, time_model, horizon=horizon)
-        remaining = time_left(deadline)
+        remaining = time_left(deadline, limit)
         if remaining is None:
             return out_of_time_while_building(highs_backend.version())
         out = highs_backend.solve_highs(
