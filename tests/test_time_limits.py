@@ -45,3 +45,14 @@ def test_csp_time_limit_counts_the_model_building(write_yaml):
     assert r.runtime_s <= 2.0 * 1.1 + 2.0
     assert r.status == "feasible"
     assert validate_solution(inst, r.to_dict(inst)) == []
+
+
+def test_binpacking_model_over_the_memory_limit_returns_the_start(monkeypatch):
+    inst = load_instance(TOY / "hard-100x20.yaml")
+    quick = solve(inst, "binpacking", "heuristic")
+    monkeypatch.setattr("llmopt.backends.common.MODEL_MEMORY_LIMIT_MB", 100)
+    for solver in ("highs", "cpsat"):
+        r = solve(inst, "binpacking", solver, 10)
+        assert r.status == "feasible" and r.objective == quick.objective, solver
+        assert any("not built" in note for note in r.notes), r.notes
+        assert validate_solution(inst, r.to_dict(inst)) == []
