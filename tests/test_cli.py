@@ -199,3 +199,14 @@ def test_bound_lists_solver_bounds_with_their_time_model(cli):
             "compact_cpsat_replay"} <= set(bounds)
     assert bounds["compact_cpsat_stage"]["time_model"] == "stage"
     assert bounds["mip_lp_relaxation"]["value_ms"] <= bounds["compact_cpsat_stage"]["value_ms"]
+
+
+def test_plot_save_takes_a_string_path(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from llmopt.report import plot
+
+    monkeypatch.chdir(tmp_path)
+    _, ax = plt.subplots()
+    plot.save(ax, "chart.png")
+    assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"

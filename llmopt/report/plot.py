@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,10 +83,9 @@ def plot_assignment(instance: Instance, solution: dict[str, Any], ax: Axes | Non
     return ax
 
 
-def save(ax: Axes, path: Path, dpi: int = 120) -> Path:
+def save(ax: Axes, path: str | Path, dpi: int = 120) -> Path:
     """Save the figure of ``ax`` atomically as PNG and close it."""
-    import io
-
+    path = Path(path)
     buf = io.BytesIO()
     figure = ax.figure.figure  # the root figure (an axes may sit on a subfigure)
     figure.savefig(buf, format="png", dpi=dpi)
