@@ -58,6 +58,18 @@ def publish(write: bool, name: str, body: str, path: Path = BENCHMARKS_MD) -> No
         print(f"wrote section {name!r} of {os.path.relpath(path, ROOT)}", flush=True)
 
 
+def require_data(instance: Path) -> None:
+    """Stop with the name of the missing file when ``instance`` (or the trace it reads, e.g. in
+    ../shared/data) is not there."""
+    from llmopt.data.instance import load_instance
+    from llmopt.errors import LlmoptError
+
+    try:
+        load_instance(instance)
+    except LlmoptError as exc:
+        raise SystemExit(f"this benchmark needs its data: {exc}") from None
+
+
 def python_loop_s() -> float:
     """Seconds for 10⁷ iterations of a Python loop: how fast this machine was at the time (a
     shared VM's speed varies by 2–3× over a day)."""

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from _common import ROOT, command_line, header, publish, python_loop_s
+from _common import ROOT, command_line, header, publish, python_loop_s, require_data
 
 INSTANCE = ROOT / "instances" / "paper" / "azure-conv-infermax.yaml"
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
@@ -59,6 +59,7 @@ def main() -> None:
     ap.add_argument("--write-docs", action="store_true",
                     help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
+    require_data(INSTANCE)
     if args.one:
         print(json.dumps(one(args.one, args.repeat)))
         return

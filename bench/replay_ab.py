@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import ROOT, command_line, header, publish
+from _common import ROOT, command_line, header, publish, require_data
 
 TRACE = ROOT / "instances" / "paper" / "azure-conv-infermax.yaml"
 GSM8K = ROOT / "instances" / "paper" / "gsm8k-llama65b.yaml"
@@ -63,9 +63,7 @@ def main() -> None:
     ap.add_argument("--section", default="replay-ab")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
-    if not args.instance.is_file():
-        raise SystemExit(f"instance not found: {args.instance} (the full trace is in "
-                         "../shared/data)")
+    require_data(args.instance)
     policies = [p for p in args.policies.split(",") if p]
     rows = []
     for policy in policies:

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, command_line, header, publish, python_loop_s
+from _common import ROOT, command_line, header, publish, python_loop_s, require_data
 
 TRACE = ROOT / "instances" / "paper" / "azure-conv-infermax.yaml"
 
@@ -47,8 +47,7 @@ def main() -> None:
     ap.add_argument("--write-docs", action="store_true",
                     help="write the table into docs/benchmarks.md (section replay-cli)")
     args = ap.parse_args()
-    if not TRACE.exists() or not (TRACE.parent / "../../../shared/data").exists():
-        raise SystemExit("the full trace needs ../shared/data beside the project")
+    require_data(TRACE)
     loops = [python_loop_s()]
     rows = ["| policy | wall, best (s) | wall, median (s) | written (MB) | peak RSS (MB) |",
             "|---|---|---|---|---|"]
