@@ -30,6 +30,11 @@ class LlmoptError(Exception):
         self.reason = message
         super().__init__(self._render())
 
+    def in_file(self, file: str | Path) -> LlmoptError:
+        """The same error, naming ``file`` (for errors raised by code that reads no file)."""
+        return type(self)(self.reason, file=file, field=self.field, value=self.value,
+                          has_value=self.has_value)
+
     def _render(self) -> str:
         parts = []
         if self.file:
