@@ -25,6 +25,8 @@ class LlmoptError(Exception):
     ) -> None:
         self.file = str(file) if file is not None else None
         self.field = field
+        if type(value).__module__ == "numpy" and hasattr(value, "item"):
+            value = value.item()  # shown as 5.5, not np.float64(5.5)
         self.value = value
         self.has_value = has_value if has_value is not None else value is not None
         self.reason = message

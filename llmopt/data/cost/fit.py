@@ -35,10 +35,9 @@ def fit_non_attention(csv: str | Path, layers: int, tensor_parallel: int = 1,
         bad = ~np.isfinite(values.to_numpy(dtype=float))
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            shown = frame[col].iloc[row]
             raise InputFileError("must be a finite number", file=path,
-                                 field=f"{col} (row {row})", has_value=True,
-                                 value=shown.item() if hasattr(shown, "item") else shown)
+                                 field=f"{col} (row {row})", value=frame[col].iloc[row],
+                                 has_value=True)
         frame[col] = values
     rows = frame[(frame["num_tensor_parallel_workers"] == tensor_parallel)
                  & (frame["num_tokens"] >= min_tokens)]
