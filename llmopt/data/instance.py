@@ -182,6 +182,13 @@ class _InstanceDoc(_Strict):
     def _safe_name(cls, value: str | None) -> str | None:
         return None if value is None else _check_name(value)
 
+    @field_validator("model", mode="before")
+    @classmethod
+    def _name_or_mapping(cls, value: Any) -> Any:
+        if not isinstance(value, str | dict):
+            raise ValueError("must be a profile name or a mapping")
+        return value
+
 
 @dataclass(frozen=True)
 class Instance:
