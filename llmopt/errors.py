@@ -40,16 +40,22 @@ class LlmoptError(Exception):
     def _render(self) -> str:
         parts = []
         if self.file:
-            parts.append(self.file)
+            parts.append(_printable(self.file))
         if self.field:
-            parts.append(self.field)
+            parts.append(_printable(self.field))
         if self.has_value:
             shown = repr(self.value)
             if len(shown) > 80:
                 shown = shown[:77] + "..."
             parts.append(f"value {shown}")
         prefix = ": ".join(parts)
-        return f"{prefix}: {self.reason}" if prefix else self.reason
+        reason = " ".join(self.reason.splitlines())
+        return f"{prefix}: {reason}" if prefix else reason
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (a key holding a newline stays on one line)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class InputFileError(LlmoptError):
