@@ -138,7 +138,7 @@ class Arrivals(_Strict):
 
 class GeneratorSpec(_Strict):
     count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)]
-    seed: StrictInt
+    seed: Annotated[StrictInt, Field(ge=0)]
     input: Distribution
     output: Distribution
     arrival: Arrivals = Arrivals()
