@@ -25,24 +25,37 @@ class LlmoptError(Exception):
     ) -> None:
         self.file = str(file) if file is not None else None
         self.field = field
+        if type(value).__module__ == "numpy" and hasattr(value, "item"):
+            value = value.item()  # shown as 5.5, not np.float64(5.5)
         self.value = value
         self.has_value = has_value if has_value is not None else value is not None
         self.reason = message
         super().__init__(self._render())
 
+    def in_file(self, file: str | Path) -> LlmoptError:
+        """The same error, naming ``file`` (for errors raised by code that reads no file)."""
+        return type(self)(self.reason, file=file, field=self.field, value=self.value,
+                          has_value=self.has_value)
+
     def _render(self) -> str:
         parts = []
         if self.file:
-            parts.append(self.file)
+            parts.append(_printable(self.file))
         if self.field:
-            parts.append(self.field)
+            parts.append(_printable(self.field))
         if self.has_value:
             shown = repr(self.value)
             if len(shown) > 80:
                 shown = shown[:77] + "..."
             parts.append(f"value {shown}")
         prefix = ": ".join(parts)
-        return f"{prefix}: {self.reason}" if prefix else self.reason
+        reason = " ".join(self.reason.splitlines())
+        return f"{prefix}: {reason}" if prefix else reason
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (a key holding a newline stays on one line)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class InputFileError(LlmoptError):

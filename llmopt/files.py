@@ -40,7 +40,8 @@ def read_text(path: Path, what: str = "file") -> str:
     if not path.exists():
         raise InputFileError(f"{what} not found", file=path)
     if path.is_dir():
-        raise InputFileError(f"expected a {what}, found a directory", file=path)
+        article = "an" if what[:1] in "aeiou" else "a"
+        raise InputFileError(f"expected {article} {what}, found a directory", file=path)
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import typer
 
 from llmopt.cli import bound, compare, fit_profile, gantt, listing, replay, solve, validate
+from llmopt.cli.common import OneLineUsageErrors
 from llmopt.signals import sigterm_as_interrupt
 
 app = typer.Typer(
     name="llmopt",
+    cls=OneLineUsageErrors,
     help="Optimal schedules, proven lower bounds and heuristic replays for LLM inference.",
     no_args_is_help=True,
     add_completion=False,

@@ -10,6 +10,7 @@ import typer
 from llmopt.cli.common import InstanceArg, SolutionArg, check_out_dir, command, out
 from llmopt.data.instance import load_instance
 from llmopt.errors import SolutionFileError
+from llmopt.policies.pang import plan_assignment
 from llmopt.report import plot as plots
 from llmopt.result import read_solution
 from llmopt.schedule import Schedule
@@ -28,12 +29,20 @@ def gantt(
     check_out_dir(png.parent)
     inst = load_instance(instance)
     sol = read_solution(solution)
+    if sol["instance_sha256"] != inst.sha256:
+        raise SolutionFileError(f"does not match {instance} ({inst.sha256[:12]}…): the "
+                                "solution was made for other data", file=solution,
+                                field="instance_sha256", value=sol["instance_sha256"])
     if sol.get("segments") is not None and len(sol["segments"]):
         sched = Schedule.from_solution(sol)
         ax = plots.gantt_figure(inst, sched.segments, sched.iterations if len(sched.iterations)
                                 else None, policy=str(sol.get("solver")),
                                 metrics=sol.get("metrics"))
     elif sol.get("assignment"):
+        try:
+            plan_assignment(inst, sol)
+        except SolutionFileError as exc:
+            raise exc.in_file(solution) from None
         ax = plots.plot_assignment(inst, sol)
     else:
         raise SolutionFileError("nothing to draw: no segments and no assignment", file=solution)

@@ -22,7 +22,7 @@ from llmopt.cli.common import (
     write_solution,
 )
 from llmopt.data.instance import load_instance
-from llmopt.errors import LlmoptError, OptionError
+from llmopt.errors import LlmoptError, OptionError, SolutionFileError
 from llmopt.files import out_path
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
@@ -67,7 +67,14 @@ offline, online, hybrid; InferMax: every scheduler)."""
     check_out_dir(out_dir)
     inst = load_instance(instance)
     names = parse_policies(policy, inst.profile.family, "replay")
+    if plan and "plan" not in names:
+        raise OptionError("given without policy plan, which alone replays it (add "
+                          "--policy plan)", field="--plan", value=str(plan))
     plan_data = read_solution(plan) if plan else None
+    if plan and plan_data and plan_data["instance_sha256"] != inst.sha256:
+        raise SolutionFileError(f"does not match {instance} ({inst.sha256[:12]}…): the plan "
+                                "was made for other data", file=plan, field="instance_sha256",
+                                value=plan_data["instance_sha256"])
     shown = progress(verbose)
     rows, written = [], []
     failed: list[tuple[str, LlmoptError]] = []
@@ -76,8 +83,10 @@ offline, online, hybrid; InferMax: every scheduler)."""
             result, schedule = replay_result(inst, name, plan=plan_data, router=router,
                                              progress=shown)
         except LlmoptError as exc:
+            if plan and name == "plan" and isinstance(exc, SolutionFileError) and not exc.file:
+                exc = exc.in_file(plan)
             if len(names) == 1:
-                raise
+                raise exc from None
             failed.append((name, exc))
             continue
         finally:

@@ -56,6 +56,7 @@ def solve(
     """Solve a problem on an instance; write the solution JSON (its schedule, if any, in a
     Parquet file beside it) and a PNG under OUT/<instance name>/<problem>-<solver>.*"""
     check_number(time_limit, "--time-limit", zero_ok=True)
+    check_number(bins, "--bins")
     check_out_dir(out_dir)
     inst = load_instance(instance)
     problem, solver, time_limit = resolve_options(inst, problem, solver, time_limit)

@@ -138,7 +138,7 @@ class Arrivals(_Strict):
 
 class GeneratorSpec(_Strict):
     count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)]
-    seed: StrictInt
+    seed: Annotated[StrictInt, Field(ge=0)]
     input: Distribution
     output: Distribution
     arrival: Arrivals = Arrivals()
@@ -181,6 +181,13 @@ class _InstanceDoc(_Strict):
     @classmethod
     def _safe_name(cls, value: str | None) -> str | None:
         return None if value is None else _check_name(value)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _name_or_mapping(cls, value: Any) -> Any:
+        if not isinstance(value, str | dict):
+            raise ValueError("must be a profile name or a mapping")
+        return value
 
 
 @dataclass(frozen=True)

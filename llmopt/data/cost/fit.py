@@ -20,13 +20,25 @@ def fit_non_attention(csv: str | Path, layers: int, tensor_parallel: int = 1,
     path = Path(csv)
     if not path.is_file():
         raise InputFileError("profiling CSV not found", file=path)
-    frame = pd.read_csv(path)
-    medians = [c for c in frame.columns if c.endswith(".median")]
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"cannot parse CSV: {exc}".splitlines()[0], file=path) from exc
+    medians = [c for c in frame.columns if str(c).endswith(".median")]
     for col in ("num_tokens", "num_tensor_parallel_workers"):
         if col not in frame:
             raise InputFileError(f"missing column {col!r}", file=path)
     if not medians:
         raise InputFileError("no '*.median' columns", file=path)
+    for col in ("num_tokens", "num_tensor_parallel_workers", *medians):
+        values = pd.to_numeric(frame[col], errors="coerce")
+        bad = ~np.isfinite(values.to_numpy(dtype=float))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InputFileError("must be a finite number", file=path,
+                                 field=f"{col} (row {row})", value=frame[col].iloc[row],
+                                 has_value=True)
+        frame[col] = values
     rows = frame[(frame["num_tensor_parallel_workers"] == tensor_parallel)
                  & (frame["num_tokens"] >= min_tokens)]
     if len(rows) < 2:

@@ -29,8 +29,7 @@ class PlannedBatches(IterationPolicy):
                 dec = [index[r] for r in batch.get("decode", [])]
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise SolutionFileError(f"batch {k} of the plan names an unknown request or a "
-                                        f"bad chunk: {exc}", file=instance.label(),
-                                        field="plan") from None
+                                        f"bad chunk: {exc}", field=f"plan[{k}]") from None
             self.plan.append((evict, chunks, dec))
         self._step = 0
 
@@ -40,8 +39,7 @@ class PlannedBatches(IterationPolicy):
                                     field="system")
 
     def _fail(self, r: Replica, why: str) -> None:
-        raise SolutionFileError(f"plan batch {self._step}: {why}", file=r.instance.label(),
-                                field="plan")
+        raise SolutionFileError(f"plan batch {self._step}: {why}", field="plan")
 
     def next_batch(self, r: Replica) -> Batch | None:
         while True:

@@ -107,9 +107,14 @@ def plan_assignment(instance: Instance, plan: Mapping[str, Any] | None) -> dict[
     if not isinstance(plan, Mapping):
         raise SolutionFileError("a plan must be a solution mapping", field="--plan")
     mapping = plan.get("assignment")
-    if not isinstance(mapping, dict) or set(mapping) != set(instance.ids):
-        raise SolutionFileError("the plan must assign every request of the instance",
-                                field="assignment")
+    if not isinstance(mapping, dict):
+        raise SolutionFileError("must map every request id of the instance to a client",
+                                field="assignment", value=mapping)
+    odd = [rid for rid in instance.ids if rid not in mapping] + sorted(
+        str(rid) for rid in set(mapping) - set(instance.ids))
+    if odd:
+        raise SolutionFileError("the plan must assign every request of the instance, and only "
+                                "those", field="assignment", value=odd[0])
     clients = instance.total_clients
     bad = [rid for rid, c in mapping.items()
            if not isinstance(c, int) or isinstance(c, bool) or not 0 <= c < clients]
