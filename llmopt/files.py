@@ -105,10 +105,18 @@ def validated(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        first = errors[0]
         loc = tuple(p for p in first["loc"] if not _is_union_tag(p))
         msg = first["msg"]
         if first["type"] == "missing":
+            # a misspelt key: the unknown key beside the missing one is the mistake to name
+            typo = next((e for e in errors if e["type"] == "extra_forbidden"
+                         and e["loc"][:-1] == first["loc"][:-1]), None)
+            if typo is not None:
+                typo_loc = tuple(p for p in typo["loc"] if not _is_union_tag(p))
+                raise error(f"unknown field (did you mean {str(loc[-1])!r}?)", file=file,
+                            field=field_path(typo_loc, prefix)) from None
             raise error("required field is missing", file=file,
                         field=field_path(loc, prefix)) from None
         if first["type"] == "extra_forbidden":

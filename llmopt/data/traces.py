@@ -98,6 +98,10 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     _require(frame, ("input_tokens", "output_tokens"), path)
     ids = (frame["id"].astype(str) if "id" in frame
            else pd.Series([f"r{i}" for i in range(len(frame))]))
+    if "arrival_ms" in frame and frame["arrival_ms"].isna().any():
+        row = int(np.flatnonzero(frame["arrival_ms"].isna().to_numpy())[0])
+        raise TraceError("missing on this row: give arrival_ms on every row or on none",
+                         file=path, field=f"arrival_ms (row {row})")
     arrival = (_numeric(frame["arrival_ms"], path, "arrival_ms") if "arrival_ms" in frame
                else pd.Series(np.zeros(len(frame))))
     return pd.DataFrame({
