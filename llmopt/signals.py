@@ -39,8 +39,8 @@ def sigterm_as_interrupt() -> None:
     native code; a watcher thread reading it sends SIGINT, which a running solver catches (it
     stops and keeps its incumbent) and which otherwise raises KeyboardInterrupt."""
     global _watching
-    if _watching or not _in_main_thread() or not hasattr(signal, "SIGTERM"):
-        return
+    if _watching or not _in_main_thread() or os.name != "posix":
+        return  # Windows: no wake-up pipe for signals (set_wakeup_fd wants a socket there)
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     signal.signal(signal.SIGTERM, lambda *_: None)
