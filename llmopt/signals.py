@@ -41,6 +41,8 @@ def sigterm_as_interrupt() -> None:
     global _watching
     if _watching or not _in_main_thread() or os.name != "posix":
         return  # Windows: no wake-up pipe for signals (set_wakeup_fd wants a socket there)
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return  # SIGINT ignored (a background job) or handled by someone else: leave SIGTERM be
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     signal.signal(signal.SIGTERM, lambda *_: None)

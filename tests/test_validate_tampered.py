@@ -555,3 +555,27 @@ def test_cli_prints_one_line_per_reason(cases, cli, tmp_path):
     lines = [x for x in result.stdout.splitlines() if x.startswith("  - ")]
     assert lines and all("optimum" in x or "idle" in x or "bound" in x for x in lines), \
         result.stdout
+
+
+def test_optimality_is_judged_in_tokens_when_a_round_is_tiny():
+    """With a decode round of 1e-7 ms, tokens vanish in a float tolerance of milliseconds: a
+    worse assignment called optimal must still be rejected, and no independent check claimed."""
+    inst = instance_from_mapping({
+        "name": "tiny-round", "system": {"clients": 3},
+        "model": {**PANG_SMALL_STEP, "decode": {"overhead_ms": 1e-7, "per_client_ms": 0.0}},
+        "requests": [{"id": f"q{i}", "input_tokens": 5, "output_tokens": w}
+                     for i, w in enumerate([310, 512, 95, 228, 447, 160, 381, 59, 276, 403])]})
+    sol = as_file(solve(inst, "binpacking", "auto", 20), inst)
+    assert check_solution(inst, sol).valid
+    worse = copy.deepcopy(sol)
+    top = max(range(3), key=lambda j: worse["loads"][j])
+    moved = next(r.id for r in inst.requests if worse["assignment"][r.id] != top)
+    worse["assignment"][moved] = top
+    t_round = worse["t_round_ms"]
+    loads = [0.0] * 3
+    for r in inst.requests:
+        loads[worse["assignment"][r.id]] += r.output_tokens * t_round
+    worse["loads"], worse["objective"] = loads, max(loads)
+    verdict = check_solution(inst, worse)
+    assert any("makespan is" in r and "tokens" in r for r in verdict.reasons), verdict.reasons
+    assert not any("checked independently" in n for n in verdict.notes)

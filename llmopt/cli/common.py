@@ -20,10 +20,11 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
@@ -59,7 +60,7 @@ def command(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except LlmoptError as exc:
-            err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -69,7 +70,8 @@ def command(fn: F) -> F:
         except Exception as exc:
             log = write_crash_log()
             err.print(f"[bold red]internal error[/] (a bug in llmopt, not in your input): "
-                      f"{type(exc).__name__}: {exc}; the traceback is in {log}",
+                      f"{type(exc).__name__}: {escape(str(exc))}; the traceback is in "
+                      f"{escape(str(log))}",
                       markup=True, soft_wrap=True)
             raise typer.Exit(1) from None
 
@@ -97,7 +99,7 @@ class OneLineUsageErrors(TyperGroup):
             _usage_error(exc, ctx.meta.get("llmopt.args", []))
 
 
-def _usage_error(exc: TyperException, args: list[str]) -> None:
+def _usage_error(exc: TyperException, args: list[str]) -> NoReturn:
     """Print a usage error on one line and exit 2 (``--help`` for no arguments passes)."""
     if type(exc).__name__ == "NoArgsIsHelpError" or getattr(exc, "exit_code", 2) != 2:
         raise exc
@@ -109,7 +111,7 @@ def _usage_error(exc: TyperException, args: list[str]) -> None:
         shown = ", ".join(o for o in opts if o.startswith("--")) or opts[0]
         value = _option_value(args, opts)
         message = f"{shown}: " + (f"value {value!r}: " if value is not None else "") + message
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     raise typer.Exit(2) from None
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from llmopt.cli.common import (
     InstanceArg,
@@ -104,7 +105,8 @@ offline, online, hybrid; InferMax: every scheduler)."""
     for path in written:
         out.print(f"wrote {path}")
     for name, reason in failed:
-        err.print(f"[bold red]error:[/] policy {name}: {reason}", markup=True, soft_wrap=True)
+        err.print(f"[bold red]error:[/] policy {name}: {escape(str(reason))}", markup=True,
+                  soft_wrap=True)
     if failed:
         err.print(f"{len(failed)} of {len(names)} policies could not run this instance; the "
                   "others were replayed")

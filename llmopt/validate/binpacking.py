@@ -49,7 +49,28 @@ def check_binpacking(instance: Instance, sol: dict[str, Any], verdict: Verdict) 
         loads = _check_assignment(instance, sol, clients, t_round, reasons)
         if loads is not None:
             ev.objective = max(loads)
+            makespan = max(_token_loads(instance, sol["assignment"], clients))
+            ev.tight_bound = next((name for name, tokens in recomputed.items()
+                                   if tokens == makespan), "")
+            _check_optimal_in_tokens(sol, makespan, reasons)
     return ev
+
+
+def _token_loads(instance: Instance, assignment: dict[str, int], clients: int) -> list[int]:
+    loads = [0] * clients
+    for r in instance.requests:
+        loads[assignment[r.id]] += r.output_tokens
+    return loads
+
+
+def _check_optimal_in_tokens(sol: dict[str, Any], makespan: int, reasons: list[str]) -> None:
+    """An optimal claim needs its certificate's bound equal to the makespan in whole tokens (a
+    float tolerance in ms could hide tokens when a decode round is very short)."""
+    certificate = sol.get("lower_bound")
+    if sol.get("status") == "optimal" and isinstance(certificate, dict) \
+            and is_int(certificate.get("tokens")) and certificate["tokens"] != makespan:
+        reasons.append(f"status optimal, but the makespan is {makespan} tokens and the lower "
+                       f"bound {certificate['tokens']} tokens")
 
 
 def _check_assignment(instance: Instance, sol: dict[str, Any], clients: int, t_round: float,

@@ -40,7 +40,9 @@ class Evidence:
     ``schedules``: (who found it, value) of schedules known to exist, each an upper bound on
     the optimum; ``optimum``: the exact optimum when an independent exact method ran (with
     ``exact_method`` saying which), else ``unchecked_why`` says why not; ``bounds``: closed-form
-    lower bounds the validator recomputed (name → value)."""
+    lower bounds the validator recomputed (name → value); ``tight_bound``: the name of one of
+    them that the solution's own objective meets exactly (established in the problem's integer
+    units, not within a float tolerance)."""
 
     objective: float | None = None
     schedules: list[tuple[str, float]] = field(default_factory=list)
@@ -48,6 +50,7 @@ class Evidence:
     exact_method: str = ""
     unchecked_why: str = ""
     bounds: dict[str, float] = field(default_factory=dict)
+    tight_bound: str = ""
 
 
 def tolerance(value: float) -> float:
@@ -128,15 +131,13 @@ def check_claims(sol: dict[str, Any], ev: Evidence, verdict: Verdict) -> None:
         if status == "infeasible":
             reasons.append(f"status infeasible, but {ev.exact_method} solved it "
                            f"({best:.3f} ms)")
-    tight = [name for name, value in ev.bounds.items()
-             if obj is not None and abs(value - obj) <= tolerance(obj)]
     if status == "optimal" and not reasons:
         if ev.optimum is not None:
             verdict.notes.append(f"optimality checked independently: {ev.exact_method} gives "
                                  f"{ev.optimum:.3f} ms")
-        elif tight:
+        elif ev.tight_bound:
             verdict.notes.append(f"optimality checked independently: the validator's own lower "
-                                 f"bound {tight[0]} equals the objective")
+                                 f"bound {ev.tight_bound} equals the objective")
         else:
             why = f" ({ev.unchecked_why})" if ev.unchecked_why else ""
             proof = sol.get("proof")

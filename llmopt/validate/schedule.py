@@ -145,7 +145,7 @@ def _typed_by_column(seg: pd.DataFrame) -> pd.DataFrame | None:
     values of its type (integers, finite floats, known phases, string ids); else None, and the
     value-by-value check names the first bad value."""
     ints, floats = ("client", "instance", "tokens"), ("start_ms", "end_ms")
-    if not all(pd.api.types.is_integer_dtype(seg[c]) for c in ints):
+    if not all(pd.api.types.is_integer_dtype(seg[c]) and not seg[c].hasnans for c in ints):
         return None
     if not all(pd.api.types.is_float_dtype(seg[c]) or pd.api.types.is_integer_dtype(seg[c])
                for c in floats):
@@ -155,6 +155,8 @@ def _typed_by_column(seg: pd.DataFrame) -> pd.DataFrame | None:
     if not (seg["tokens"] >= 0).all() or not seg["phase"].isin(PHASES).all():
         return None
     requests = seg["request"]
+    if requests.hasnans:
+        return None
     if isinstance(requests.dtype, pd.CategoricalDtype):
         requests = pd.Series(requests.cat.categories)
     if not isinstance(requests.dtype, pd.StringDtype) and not all(

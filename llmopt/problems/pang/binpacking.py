@@ -364,7 +364,20 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     if solver in ("auto", "heuristic"):
         return _solve_fast(bp, solver, bound, t0, deadline, time_limit_s, progress)
     start = lpt(bp.weights, bp.bins)  # every solver starts from LPT + improvement moves
-    improve(bp.weights, bp.bins, start, lb, min(deadline, time.perf_counter() + 1.0))
+    try:  # Ctrl-C from here on keeps the start
+        improve(bp.weights, bp.bins, start, lb, min(deadline, time.perf_counter() + 1.0))
+        return _solve_named(bp, solver, bound, start, t0, deadline, time_limit_s, progress)
+    except KeyboardInterrupt:
+        return _result(bp, "feasible", start, bound, solver, f"llmopt {__version__}", t0,
+                       time_limit_s, interrupted=True,
+                       notes=["interrupted before the solver returned: its start is kept"])
+
+
+def _solve_named(bp: BinPacking, solver: str, bound: _Bound, start: np.ndarray, t0: float,
+                 deadline: float, time_limit_s: float | None, progress: Progress) -> Result:
+    """Eqs 26–30 with HiGHS or CP-SAT from ``start``, unless the start already meets the
+    closed-form bound or the model would not fit in memory or time."""
+    lb = bound.tokens
     if int(bp.loads(start).max()) == lb and solver in ("highs", "cpsat"):
         return _result(bp, "optimal", start, bound, solver, f"llmopt {__version__}", t0,
                        time_limit_s, proof=f"incumbent load {lb} tokens equals the lower bound "

@@ -125,7 +125,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         raise OptionError("must be at least 1", field="--bins", value=bins)
     K, k_max = bins or best.prefill_stages(), None
     try:  # from here on an incumbent exists: Ctrl-C keeps it
-        d_lb = decode_lower_bound(instance, limit)
+        d_lb = decode_lower_bound(instance, max(limit - (time.perf_counter() - t0), 0.1))
         k_max = max_useful_bins(problem, time_model, best_total, d_lb)
         K = bins or (best.prefill_stages() if formulation == "original" else k_max)
         out = _solve_model(problem, best, best_total, K, d_lb, formulation, backend, solver,
