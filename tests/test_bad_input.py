@@ -315,3 +315,11 @@ def test_a_nameless_instance_needs_a_safe_file_stem(cli, tmp_path):
     _one_line_error(cli("solve", inst, "--out", tmp_path / "out"), "my inst.yaml", "name",
                     "'my inst'", "stem")
     assert not (tmp_path / "out").exists()
+
+
+def test_error_text_with_rich_markup_is_printed_verbatim(cli, tmp_path):
+    for args in (["solve", "[/x]"], ["solve", "[/x]", "--time-limit", "[/y]"]):
+        result = cli(*args, "--out", tmp_path)
+        assert result.exit_code == 2, result.stderr
+        assert "[/" in result.stderr and "Traceback" not in result.stderr
+        assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1

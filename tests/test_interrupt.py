@@ -96,3 +96,15 @@ def test_infermax_csp_keeps_its_incumbent_when_stopped_while_building(sig, tmp_p
          str(tmp_path)], "InferMax CSP", 1.0, sig)
     assert code == 130, stderr  # 848 batches: the model takes far longer than a second to build
     assert_incumbent_kept(code, stderr, instance, tmp_path / "im10" / "infermax-csp-auto.json")
+
+
+def test_sigterm_is_left_alone_when_sigint_is_ignored():
+    """A background job of a non-interactive shell starts with SIGINT ignored: turning SIGTERM
+    into SIGINT would make it unstoppable, so SIGTERM keeps its default there."""
+    code = ("import signal; from llmopt.signals import sigterm_as_interrupt; "
+            "sigterm_as_interrupt(); print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)")
+    ignored = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert ignored.stdout.strip() == "True", ignored.stderr
+    normal = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert normal.stdout.strip() == "False", normal.stderr
