@@ -1,5 +1,6 @@
 """Interrupts: SIGTERM (what ``timeout``, batch schedulers and containers send) is handled as
-Ctrl-C, and Python's own SIGINT handler is put back after a solver that installs its own.
+Ctrl-C; Python's own SIGINT handler is put back after a solver that installs its own; and
+while HiGHS runs, Ctrl-C sets a flag its callback polls.
 
 CP-SAT, asked to catch SIGINT, replaces the process's C-level SIGINT handler and does not put
 Python's back: Python still believes its handler is installed, and the next Ctrl-C outside a
@@ -31,6 +32,20 @@ def python_sigint_restored() -> Iterator[None]:
     finally:
         if handler is not None:
             signal.signal(signal.SIGINT, handler)
+
+
+@contextlib.contextmanager
+def sigint_sets(flag: threading.Event) -> Iterator[None]:
+    """While the body runs (a solver whose Python callback polls ``flag``), Ctrl-C sets
+    ``flag`` instead of raising KeyboardInterrupt inside the solver's callback."""
+    if not _in_main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: flag.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def sigterm_as_interrupt() -> None:

@@ -79,3 +79,20 @@ def model_too_large(estimate_mb: float, what: str, advice: str, solver_version: 
                    solver_version=solver_version,
                    message=f"{what} {need}: not built; {advice}; the best heuristic schedule "
                            "is kept")
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a model costs per unit of its size (a request-bin pair, a binary, a variable or a
+    constraint), as measured: memory in MB above ``base_mb`` and building time in seconds."""
+
+    mb_per_unit: float
+    s_per_unit: float
+    base_mb: float = 0.0
+
+    def too_large(self, units: int, what: str, advice: str, solver_version: str,
+                  deadline: float) -> Outcome | None:
+        """:func:`model_too_large` for a model of ``units`` units."""
+        return model_too_large(self.base_mb + self.mb_per_unit * units, what, advice,
+                               solver_version, build_s=self.s_per_unit * units,
+                               deadline=deadline)

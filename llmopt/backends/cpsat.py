@@ -38,6 +38,17 @@ class _Reporter(cp_model.CpSolverSolutionCallback):
                                 self.best_objective_bound * self.scale, self.unit)
 
 
+def subsolver(max_time_s: float, workers: int) -> cp_model.CpSolver:
+    """A CP-SAT solver for short sub-solves inside a Python loop (a search's window, a decision
+    at one makespan). It leaves SIGINT to Python: Ctrl-C raises KeyboardInterrupt once the
+    sub-solve returns, and the loop's caller keeps its incumbent."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max_time_s
+    solver.parameters.num_workers = workers
+    solver.parameters.catch_sigint_signal = False
+    return solver
+
+
 def solve_cpsat(
     model: cp_model.CpModel,
     *,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import math
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import highspy
@@ -18,6 +16,7 @@ from pyomo.contrib.solver.solvers.highs import Highs
 
 from llmopt.backends.common import Ending, Outcome, solution_or_none
 from llmopt.progress import SILENT, Progress
+from llmopt.signals import sigint_sets
 
 
 def version() -> str:
@@ -96,7 +95,7 @@ def solve_highs(
     solver_options = {"mip_rel_gap": mip_rel_gap, "mip_abs_gap": mip_abs_gap}
     solver_options.update(options or {})
     t0 = time.perf_counter()
-    with _sigint_sets(stop):
+    with sigint_sets(stop):
         res = opt.solve(
             model,
             time_limit=time_limit_s,
@@ -135,20 +134,6 @@ def solve_highs(
         message=f"HiGHS termination: {tc.name if hasattr(tc, 'name') else tc}",
         solution=solution_or_none(ending, collect, pyo.value),
     )
-
-
-@contextlib.contextmanager
-def _sigint_sets(flag: threading.Event) -> Iterator[None]:
-    """While solving, Ctrl-C sets ``flag`` (the MIP callback then stops HiGHS, which keeps its
-    incumbent) instead of raising KeyboardInterrupt inside the solver's callback."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, lambda *_: flag.set())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _set_start(opt: Highs, h: highspy.Highs, start: Mapping[Any, float]) -> None:

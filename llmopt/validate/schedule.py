@@ -193,9 +193,7 @@ def iterations_frame(iterations: Any) -> pd.DataFrame | str:
                 {"start_ms": float, "end_ms": float})
             if "phase" in its:
                 its["phase"] = its["phase"].astype(object)
-            if "phase" in its and not its["phase"].isin(["prefill", "decode", "mixed"]).all():
-                return "iteration column phase must hold prefill, decode or mixed"
-            return its if not its.empty else "the iteration log is empty"
+            return _phases_and_rows(its)
         iterations = {col: iterations[col].tolist() for col in iterations}
     if not isinstance(iterations, dict):
         return "the iteration log is missing or not a mapping of columns"
@@ -213,6 +211,10 @@ def iterations_frame(iterations: Any) -> pd.DataFrame | str:
     for col in ("instance", *LOG_COUNTS):
         if col in its and not its[col].map(is_int).all():
             return f"iteration column {col} must hold integers"
+    return _phases_and_rows(its)
+
+
+def _phases_and_rows(its: pd.DataFrame) -> pd.DataFrame | str:
     if "phase" in its and not its["phase"].isin(["prefill", "decode", "mixed"]).all():
         return "iteration column phase must hold prefill, decode or mixed"
     if its.empty:

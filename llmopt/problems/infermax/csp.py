@@ -55,12 +55,13 @@ import numpy as np
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import (
+    Footprint,
     Outcome,
     interrupted_before_the_solver,
-    model_too_large,
     out_of_time_while_building,
     time_left,
 )
+from llmopt.backends.versions import version_of
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError, SolutionFileError
 from llmopt.policies.infermax import deploy_plan
@@ -82,12 +83,11 @@ if TYPE_CHECKING:
     from ortools.sat.python.cp_model import CpModel, IntVar, LinearExpr
 
 SOLVERS = ("auto", "cpsat", "highs")
-_VERSIONS = {"highs": highs_backend.version, "cpsat": cpsat_backend.version}
 # memory (MB) and building time (s) per (request, batch) pair, building and loading into the
 # solver, measured on the Azure sample (CP-SAT: 10 requests × 848 batches, 840 MB; HiGHS: 2 ms
 # and 90 KB per pair to build the Pyomo model, about as much again to load it)
-FOOTPRINT = {"cpsat": (0.075, 0.3e-3), "highs": (0.18, 4e-3)}
-BASE_MB = 300  # the process before the model
+FOOTPRINT = {"cpsat": Footprint(0.075, 0.3e-3, base_mb=300),
+             "highs": Footprint(0.18, 4e-3, base_mb=300)}  # base: the process before the model
 
 
 def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
@@ -368,7 +368,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         out, bound_ms = _solve_model(data, N, n_max, best_plan, best_ms, backend, t0 + limit,
                                      limit, workers, progress)
     except KeyboardInterrupt:
-        out, bound_ms = interrupted_before_the_solver(_VERSIONS[backend](),
+        out, bound_ms = interrupted_before_the_solver(version_of(backend),
                                                       "the model building"), None
     plan = out.solution if out.solution is not None else best_plan
     schedule = replay_plan(instance, plan)
@@ -396,7 +396,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},
         "plan": plan,
     }
-    version = _VERSIONS[backend]()
+    version = version_of(backend)
     return Result(problem="infermax-csp", solver=solver, status=status,
                   objective=round(objective, 6), bound=None if bound is None else
                   round(bound, 6), runtime_s=time.perf_counter() - t0,
@@ -412,12 +412,9 @@ def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, An
     """The CSP on ``N`` batches, hinted with the best heuristic plan, solved in the time left
     after building it; the outcome and its bound in ms."""
     progress.stage(f"InferMax CSP, {backend}, N = {N} batches (N_max = {n_max})")
-    mb, seconds = FOOTPRINT[backend]
-    pairs = data.n * N
-    too_large = model_too_large(BASE_MB + mb * pairs,
-                                f"the CSP with N = {N} batches for {data.n} requests",
-                                "use fewer requests or --bins", _VERSIONS[backend](),
-                                build_s=seconds * pairs, deadline=deadline)
+    too_large = FOOTPRINT[backend].too_large(
+        data.n * N, f"the CSP with N = {N} batches for {data.n} requests",
+        "use fewer requests or --bins", version_of(backend), deadline)
     if too_large is not None:
         return too_large, None
     if backend == "cpsat":

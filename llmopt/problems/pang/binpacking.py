@@ -42,7 +42,7 @@ from ortools.sat.python import cp_model
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
-from llmopt.backends.common import Outcome, model_too_large
+from llmopt.backends.common import Footprint, Outcome
 from llmopt.data.cost import PangLinearProfile
 from llmopt.data.instance import Instance
 from llmopt.errors import ProfileError
@@ -268,11 +268,7 @@ def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.
         model.add_exactly_one(row)
     for j in range(k):
         model.add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(min(0.05, deadline - time.perf_counter()),
-                                                0.01)
-    solver.parameters.num_workers = 1
-    solver.parameters.catch_sigint_signal = False  # Ctrl-C: KeyboardInterrupt, as elsewhere
+    solver = cpsat_backend.subsolver(max(min(0.05, deadline - time.perf_counter()), 0.01), 1)
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return np.array([next(j for j, v in enumerate(row) if solver.value(v)) for row in x])
@@ -384,10 +380,9 @@ def _solve_named(bp: BinPacking, solver: str, bound: _Bound, start: np.ndarray, 
                                            f"{bound.text}",
                        notes=[f"{solver} not run: its start already meets the lower bound"])
     progress.incumbent(bp.to_ms(int(bp.loads(start).max())), bp.to_ms(lb), " ms")
-    mb, seconds = FOOTPRINT.get(solver, (0.0, 0.0))
-    too_large = model_too_large(
-        BASE_MB + mb * bp.n * bp.bins, f"eqs 26–30 with {bp.n} × {bp.bins} binaries",
-        "use --solver auto", "", build_s=seconds * bp.n * bp.bins, deadline=deadline)
+    too_large = FOOTPRINT.get(solver, Footprint(0.0, 0.0)).too_large(
+        bp.n * bp.bins, f"eqs 26–30 with {bp.n} × {bp.bins} binaries", "use --solver auto", "",
+        deadline)
     if too_large is not None:
         return _result(bp, "feasible", start, bound, solver, f"llmopt {__version__}", t0,
                        time_limit_s, notes=[too_large.message])
@@ -413,8 +408,8 @@ def _solve_named(bp: BinPacking, solver: str, bound: _Bound, start: np.ndarray, 
 
 # memory (MB) and building time (s) per binary x_ij, building and loading into the solver
 # (1319 × 200: Pyomo builds in 1.6 s; with HiGHS about 1 GB in all)
-FOOTPRINT = {"highs": (0.004, 15e-6), "cpsat": (0.002, 5e-6)}
-BASE_MB = 200
+FOOTPRINT = {"highs": Footprint(0.004, 15e-6, base_mb=200),
+             "cpsat": Footprint(0.002, 5e-6, base_mb=200)}
 
 
 @dataclass
@@ -482,7 +477,11 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
     except KeyboardInterrupt:
         interrupted = True
     ub = int(bp.loads(assign).max())
-    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+
+    def show() -> None:  # the incumbent and the bound so far
+        progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+
+    show()
     if ub == bound.tokens:
         return meets(ub)
     if interrupted or solver == "heuristic" or time.perf_counter() >= deadline:
@@ -493,7 +492,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
         value, name, _ = pcmax_bounds.best_bound(pcmax_bounds.sorted_weights(bp.weights),
                                                  bp.bins, names, stop_at=ub)
         bound.raise_to(value, name, f"{name} = {value} tokens")
-        progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+        show()
         if ub == bound.tokens:
             return meets(ub)
         lns = bp.bins > LNS_MIN_BINS
@@ -530,7 +529,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                                                    f"within {t} tokens; lower bound {bound.text}")
                 if decision.status == "infeasible":
                     bound.raise_to(t + 1, "complete search", _searched(t, "bin completion"))
-                    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                    show()
                     continue
                 search_useful = time.perf_counter() >= slice_end - 0.01
             if use_arcs and deadline - time.perf_counter() > arc_build_s:
@@ -543,7 +542,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                                                 time.perf_counter() + AF_SHARE * left)
                     if lp > t:
                         bound.raise_to(lp, "arc-flow", _searched(lp - 1, "the arc-flow LP"))
-                        progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                        show()
                         continue
                 progress.stage(f"arc-flow MIP at makespan {t} tokens")
                 left = deadline - time.perf_counter()
@@ -556,7 +555,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                                                    f"within {t} tokens; lower bound {bound.text}")
                 if decision.status == "infeasible":
                     bound.raise_to(t + 1, "arc-flow", _searched(t, "the arc-flow MIP (HiGHS)"))
-                    progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
+                    show()
                     continue
             if lns:
                 ran = True

@@ -37,6 +37,7 @@ import numpy as np
 import pyomo.environ as pyo
 from ortools.sat.python import cp_model
 
+from llmopt.backends.common import Footprint
 from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 
 
@@ -80,8 +81,8 @@ def decode_horizon(problem: PDProblem, upper_ms: float, model: str) -> int:
 # memory (MB) and building time (s) per (request, bin) pair, building and loading into the
 # solver (gsm8k-llama65b: HiGHS 75 µs and 4 KB per pair to build the Pyomo model, about twice
 # that to load and presolve; CP-SAT 10 µs and 1 KB to build)
-FOOTPRINT = {"highs": (0.012, 250e-6), "cpsat": (0.004, 30e-6)}
-BASE_MB = 300  # the process before the model
+FOOTPRINT = {"highs": Footprint(0.012, 250e-6, base_mb=300),
+             "cpsat": Footprint(0.004, 30e-6, base_mb=300)}  # base: the process before the model
 
 
 def build_cpsat(problem: PDProblem, bins: int, model: str = "stage", *,

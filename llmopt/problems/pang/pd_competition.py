@@ -37,10 +37,10 @@ from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import (
     Outcome,
     interrupted_before_the_solver,
-    model_too_large,
     out_of_time_while_building,
     time_left,
 )
+from llmopt.backends.versions import version_of
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError, OptionError
 from llmopt.policies.replay import replay
@@ -64,7 +64,6 @@ FORMULATIONS = ("original", "compact")
 HEURISTIC_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
 
 
-_VERSIONS = {"highs": highs_backend.version, "cpsat": cpsat_backend.version}
 
 def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
                     grid_time_s: float = 10.0) -> list[tuple[float, Plan]]:
@@ -131,7 +130,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         out = _solve_model(problem, best, best_total, K, d_lb, formulation, backend, solver,
                            time_model, literal, cuts, t0, limit, progress)
     except KeyboardInterrupt:
-        out = interrupted_before_the_solver(_VERSIONS[backend](),
+        out = interrupted_before_the_solver(version_of(backend),
                                             "the bounds or the model building")
     return _result(instance, problem, out, best_total, best, plans, K, k_max, formulation,
                    backend, solver, time_model, literal, t0, time_limit_s)
@@ -193,21 +192,16 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
 
 def _original_too_large(problem: PDProblem, K: int, deadline: float) -> Outcome | None:
     size = pd_original.estimated_size(problem, K)
-    return model_too_large(
-        size * pd_original.BYTES_PER_ELEMENT / 2**20,
-        f"the original formulation with K = {K} bins ({size:,} variables and constraints)",
-        "use --formulation compact or fewer --bins", highs_backend.version(),
-        build_s=size * pd_original.SECONDS_PER_ELEMENT, deadline=deadline)
+    return pd_original.FOOTPRINT.too_large(
+        size, f"the original formulation with K = {K} bins ({size:,} variables and constraints)",
+        "use --formulation compact or fewer --bins", version_of("highs"), deadline)
 
 
 def _compact_too_large(problem: PDProblem, K: int, backend: str, deadline: float
                        ) -> Outcome | None:
-    mb, seconds = pd_compact.FOOTPRINT[backend]
-    pairs = problem.n * K
-    return model_too_large(pd_compact.BASE_MB + mb * pairs,
-                           f"the compact formulation with K = {K} bins for {problem.n} requests",
-                           "use --solver auto (window search) or fewer --bins",
-                           _VERSIONS[backend](), build_s=seconds * pairs, deadline=deadline)
+    return pd_compact.FOOTPRINT[backend].too_large(
+        problem.n * K, f"the compact formulation with K = {K} bins for {problem.n} requests",
+        "use --solver auto (window search) or fewer --bins", version_of(backend), deadline)
 
 
 def _lns(problem: PDProblem, start: Plan, model: str, deadline: float, progress: Progress):
@@ -278,7 +272,7 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
         "metrics": schedule.metrics(),
         **plan.to_data(problem),
     }
-    version = _VERSIONS[backend]()
+    version = version_of(backend)
     return Result(problem="pd-competition", solver=solver, status=status,
                   objective=round(objective, 3), bound=round(min(bound, objective), 3),
                   runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s,

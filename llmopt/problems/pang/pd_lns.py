@@ -15,6 +15,7 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
+from llmopt.backends.cpsat import subsolver
 from llmopt.problems.pang.pd_compact import Weights
 from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 from llmopt.progress import SILENT, Progress
@@ -128,11 +129,7 @@ def improve_plan(problem: PDProblem, plan: Plan, model: str, deadline: float, *,
                     break
             hi = min(lo + window, K)
             md, choice, win = _window_model(problem, best, lo, hi, model, kv)
-            solver = cp_model.CpSolver()
-            solver.parameters.max_time_in_seconds = max(
-                0.1, min(window_time_s, deadline - time.perf_counter()))
-            solver.parameters.num_workers = 2
-            solver.parameters.catch_sigint_signal = False  # Ctrl-C: KeyboardInterrupt, below
+            solver = subsolver(max(0.1, min(window_time_s, deadline - time.perf_counter())), 2)
             status = solver.solve(md)
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 bin_of = best.bin_of(problem.n)

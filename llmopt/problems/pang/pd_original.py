@@ -39,11 +39,13 @@ import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.collections import ComponentMap
 
+from llmopt.backends.common import Footprint
 from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 
 # measured on hard-100x20 (K = 38: 3.3M variables and constraints, 76 s and 3 GB with HiGHS)
 BYTES_PER_ELEMENT = 950
 SECONDS_PER_ELEMENT = 20e-6
+FOOTPRINT = Footprint(BYTES_PER_ELEMENT / 2**20, SECONDS_PER_ELEMENT)
 
 
 def estimated_size(problem: PDProblem, bins: int) -> int:
