@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,17 @@ def publish(write: bool, name: str, body: str, path: Path = BENCHMARKS_MD) -> No
     if write:
         update_section(name, body, path)
         print(f"wrote section {name!r} of {os.path.relpath(path, ROOT)}", flush=True)
+
+
+def timed_process(argv: list[str], log: Path) -> tuple[float, int, float]:
+    """Run ``argv`` with its output in ``log``; its wall time (s), exit code and own peak
+    resident memory (MB)."""
+    with log.open("w") as sink:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    return wall, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
 
 
 def require_data(instance: Path) -> None:

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import ROOT, command_line, header, publish
+from _common import ROOT, command_line, header, publish, timed_process
 
 GSM8K = ROOT / "instances" / "paper" / "gsm8k-llama65b.yaml"
 HARD = ROOT / "instances" / "toy" / "hard-100x20.yaml"
@@ -55,22 +52,17 @@ def azure_prefix(folder: Path, count: int) -> Path:
 def run(instance: Path, problem: str, solver: str, extra: list[str], limit: float,
         out: Path) -> dict:
     log = out.parent / "solve.log"
-    with log.open("w") as sink:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llmopt", "solve", str(instance), "--problem", problem,
-             "--solver", solver, "--time-limit", str(limit), "--out", str(out), "--no-plot",
-             *extra], stdout=sink, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
+    wall, code, rss_mb = timed_process(
+        [sys.executable, "-m", "llmopt", "solve", str(instance), "--problem", problem,
+         "--solver", solver, "--time-limit", str(limit), "--out", str(out), "--no-plot", *extra],
+        log)
     if code != 0:
         raise SystemExit(f"{instance.name} {problem} {solver}: exit {code}\n{log.read_text()}")
     written = next(out.rglob(f"{problem}-{solver}.json"))
     sol = json.loads(written.read_text())
     written.unlink()
     notes = [n for n in sol.get("notes", []) if "not built" in n or "building" in n]
-    return {"wall": wall, "runtime": sol["runtime_s"], "rss_mb": usage.ru_maxrss / 1024,
+    return {"wall": wall, "runtime": sol["runtime_s"], "rss_mb": rss_mb,
             "status": sol["status"], "note": "model not built" if notes else ""}
 
 
