@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import typer
 
-from llmopt.cli import bound, compare, fit_profile, gantt, listing, replay, solve, validate
+from llmopt.cli import (
+    bound,
+    compare,
+    fit_profile,
+    gantt,
+    listing,
+    replay,
+    solve,
+    sweep,
+    validate,
+)
 from llmopt.cli.common import OneLineUsageErrors
 from llmopt.signals import sigterm_as_interrupt
 
@@ -25,6 +35,7 @@ app.command()(compare.compare)
 app.command()(gantt.gantt)
 app.command("fit-profile")(fit_profile.fit_profile)
 app.command("list")(listing.list_)
+app.add_typer(sweep.app, name="sweep")
 
 
 def main() -> None:

@@ -1,0 +1,102 @@
+"""Plots of a sweep's results table: a metric against a parameter, one line per policy with a
+band over the other parameters (seeds), or the spread of a metric per policy.
+
+Both take a DataFrame as ``pd.read_parquet(OUT / "results.parquet")`` gives it and an optional
+``ax``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+
+from llmopt.errors import OptionError
+
+NUMERIC_X = ("rate_scale", "rate_per_s", "count", "clients", "replicas", "kv_capacity",
+             "max_batch_tokens", "max_prefill_tokens", "time_limit_s", "bins")
+DEFAULT_Y = ("ttft_p99_ms", "gap_to_bound", "makespan_ms", "gap", "objective")
+LABELS = {"rate_scale": "arrival-rate scale (×)", "rate_per_s": "arrival rate (requests/s)",
+          "ttft_p99_ms": "TTFT p99 (ms)", "makespan_ms": "total inference time (ms)",
+          "gap_to_bound": "gap to the best lower bound", "gap": "solver gap"}
+
+
+def check_columns(frame: pd.DataFrame, **chosen: str | None) -> None:
+    """Each chosen column (x=…, y=…, hue=…) exists in the table, else an OptionError naming
+    the option."""
+    for option, column in chosen.items():
+        if column is not None and column not in frame.columns:
+            raise OptionError(f"no such column (the table has: {', '.join(frame.columns)})",
+                              field=f"--{option}", value=column)
+
+
+def default_axes(frame: pd.DataFrame) -> tuple[str | None, str | None, str | None]:
+    """(x, y, hue) for the default plot: the first numeric parameter that varies (none: a
+    spread per hue), the first of :data:`DEFAULT_Y` with values, policy or problem as hue."""
+    ok = frame[frame["cell_status"] == "ok"] if "cell_status" in frame else frame
+    x = next((c for c in NUMERIC_X if c in ok and ok[c].nunique() > 1), None)
+    y = next((c for c in DEFAULT_Y if c in ok and ok[c].notna().any()), None)
+    hue = next((c for c in ("policy", "problem", "instance") if c in ok
+                and ok[c].notna().any()), None)
+    return x, y, hue
+
+
+def plot_lines(frame: pd.DataFrame, x: str, y: str, hue: str | None = None,
+               ax: Axes | None = None, title: str = "") -> Axes:
+    """Mean of ``y`` against ``x``, one line per ``hue`` value, shaded between the least and
+    the largest value over the other parameters (seeds) at each ``x``."""
+    check_columns(frame, x=x, y=y, hue=hue)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    data = _ok(frame).dropna(subset=[x, y])
+    groups: Any = data.groupby(hue, sort=True) if hue else [("", data)]
+    for name, part in groups:
+        stats = part.groupby(x)[y].agg(["mean", "min", "max", "count"]).sort_index()
+        xs = stats.index.to_numpy(dtype=float)
+        label = str(name[0] if isinstance(name, tuple) else name)
+        line = ax.plot(xs, stats["mean"], marker="o", label=label or y)[0]
+        if (stats["count"] > 1).any():
+            ax.fill_between(xs, stats["min"], stats["max"], color=line.get_color(), alpha=0.18,
+                            linewidth=0)
+    positive = data[x].to_numpy(dtype=float)
+    if len(positive) and positive.min() > 0 and positive.max() / positive.min() >= 16:
+        ax.set_xscale("log")
+    ax.set_xlabel(LABELS.get(x, x))
+    ax.set_ylabel(LABELS.get(y, y))
+    if hue:
+        ax.legend(title=hue, frameon=False)
+    ax.set_title(title or f"{LABELS.get(y, y)} by {LABELS.get(x, x)}"
+                 + (" (line: mean; band: min–max over the other parameters)" if hue else ""),
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_spread(frame: pd.DataFrame, y: str, hue: str, ax: Axes | None = None,
+                title: str = "") -> Axes:
+    """The distribution of ``y`` per ``hue`` value across cells (e.g. the gap of each policy
+    to the proven bound over 100 random cases, Pang et al. 2025 Figs 10–11): a box per value
+    with every cell as a dot."""
+    check_columns(frame, y=y, hue=hue)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    data = _ok(frame).dropna(subset=[y])
+    names = sorted(data[hue].astype(str).unique())
+    values = [data.loc[data[hue].astype(str) == n, y].to_numpy(dtype=float) for n in names]
+    ax.boxplot(values, tick_labels=names, showfliers=False)
+    rng = np.random.default_rng(0)
+    for i, v in enumerate(values, start=1):
+        ax.scatter(i + rng.uniform(-0.12, 0.12, len(v)), v, s=8, alpha=0.5)
+    ax.set_ylabel(LABELS.get(y, y))
+    ax.set_xlabel(hue)
+    counts = ", ".join(f"{n}: {len(v)}" for n, v in zip(names, values, strict=True))
+    ax.set_title(title or f"{LABELS.get(y, y)} per {hue} ({counts} cells)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    return ax
+
+
+def _ok(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["cell_status"] == "ok"] if "cell_status" in frame else frame

@@ -1,0 +1,184 @@
+"""Run a sweep: the cells not yet finished in the output folder, on an engine, then the tables.
+
+``run_sweep(sweep, out)`` skips the cells the folder already holds (a re-run finishes an
+interrupted sweep), stores each cell as it finishes, runs the bisection search if the sweep
+has one, and writes ``results.parquet``/``.csv`` (rows in the sweep's cell order, whatever the
+order cells finished in). Ctrl-C stops the workers; the finished cells stay and the tables are
+written from them before the interrupt goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
+from llmopt.sweep.cell import run_cell
+from llmopt.sweep.engines import Engine, open_engine
+from llmopt.sweep.search import bisect
+from llmopt.sweep.spec import Cell, Sweep, probe_value
+from llmopt.sweep.store import Store
+
+
+class SweepProgress:
+    """Receives the sweep's progress (the CLI shows a live bar; the default shows nothing)."""
+
+    def start(self, total: int, done: int) -> None:
+        """``total`` cells of which ``done`` were already finished."""
+
+    def update(self, done: int, running: int, failed: int, total: int) -> None:
+        """A cell finished."""
+
+    def stop(self) -> None:
+        """The sweep ended (or was interrupted)."""
+
+
+@dataclass
+class SweepReport:
+    table: pd.DataFrame
+    search: pd.DataFrame | None
+    ran: int                   # cells run now
+    skipped: int               # cells found finished in the folder
+    failed: int                # failed cells in the table
+    written: list[Path] = field(default_factory=list)
+    interrupted: bool = False
+    runtime_s: float = 0.0
+
+
+def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | None = None,
+              address: str | None = None, progress: SweepProgress | None = None) -> SweepReport:
+    store = Store.check(out, sweep)
+    shown = progress or SweepProgress()
+    t0 = time.perf_counter()
+    runner = open_engine(engine, workers, address)
+    store.open()
+    finished = store.finished()
+    todo = [c for c in sweep.cells if finished.get(c.key, {}).get("row", {})
+            .get("cell_status") != "ok"]
+    skipped = len(sweep.cells) - len(todo)
+    counts = {"ran": 0, "failed": 0}
+    probes_used: dict[str, None] = {}
+    search_table: pd.DataFrame | None = None
+    interrupted = False
+    shown.start(len(sweep.cells), skipped)
+    try:
+        _run(runner, todo, store, finished, counts, shown, total=len(sweep.cells),
+             done=skipped)
+        if sweep.search is not None:
+            search_table = bisect(sweep, lambda probes: _probe_round(
+                runner, probes, store, finished, counts, shown, probes_used))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        shown.stop()
+        runner.close()
+    records = [finished[c.key] for c in sweep.cells if c.key in finished]
+    probe_records = [finished[k] for k in probes_used if k in finished]
+    table = store.table(records + sorted(probe_records, key=_probe_order(sweep)))
+    written = store.write_table(table, "results")
+    if search_table is not None:
+        written += store.write_table(search_table, "search")
+    report = SweepReport(table, search_table, counts["ran"], skipped,
+                         int((table["cell_status"] == "failed").sum()), written, interrupted,
+                         time.perf_counter() - t0)
+    if interrupted:
+        raise SweepInterrupted(report)
+    return report
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep; ``report`` has the tables of the cells that finished."""
+
+    def __init__(self, report: SweepReport) -> None:
+        super().__init__()
+        self.report = report
+
+
+def _run(runner: Engine, todo: Sequence[Cell], store: Store,
+         finished: dict[str, dict[str, Any]], counts: dict[str, int], shown: SweepProgress,
+         *, total: int, done: int, probe: bool = False) -> None:
+    for cell, row in runner.map(todo):
+        finished[cell.key] = store.save(cell, row, probe=probe)
+        counts["ran"] += 1
+        counts["failed"] += row.get("cell_status") != "ok"
+        done += 1
+        shown.update(done, runner.running(), counts["failed"], total)
+
+
+def _probe_round(runner: Engine, probes: list[Cell], store: Store,
+                 finished: dict[str, dict[str, Any]], counts: dict[str, int],
+                 shown: SweepProgress, used: dict[str, None]) -> dict[str, dict[str, Any]]:
+    used.update(dict.fromkeys(c.key for c in probes))
+    todo = [c for c in probes if finished.get(c.key, {}).get("row", {})
+            .get("cell_status") != "ok"]
+    shown.start(len(probes), len(probes) - len(todo))
+    _run(runner, todo, store, finished, counts, shown, total=len(probes),
+         done=len(probes) - len(todo), probe=True)
+    return {c.key: finished[c.key]["row"] for c in probes}
+
+
+def _probe_order(sweep: Sweep) -> Any:
+    columns = sweep.columns
+
+    def key(record: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(f"{record['params'].get(c)!s:>24}" for c in columns)
+
+    return key
+
+
+@dataclass
+class Estimate:
+    cells: int           # cells to run (with the search: at most this many probes)
+    finished: int
+    seconds: float       # wall time for the unfinished cells on ``workers`` workers
+    workers: int
+    how: str
+
+
+def estimate(sweep: Sweep, out: Path, workers: int) -> Estimate:
+    """How long the unfinished cells of ``sweep`` would take: per instance and policy (or
+    problem), the mean runtime of that kind's cells already finished in ``out``, else the time
+    of one such cell run here (not stored); a solve counts at its time limit. A search counts
+    ``steps + 2`` probes per group, each timed like its cell at the low end. Nothing is
+    written."""
+    finished = Store.check(out, sweep).finished()
+    work = [(c, 1) for c in sweep.cells]
+    if sweep.search is not None:
+        spec = sweep.search
+        low = probe_value(spec.parameter, spec.low)
+        work += [(sweep.cell({**g, spec.parameter: low}), spec.steps + 2)
+                 for g in sweep.search_groups]
+    seen: dict[tuple[str, str], list[float]] = {}
+    for c, _ in work:
+        if c.key in finished:
+            seen.setdefault(_kind(c), []).append(float(finished[c.key]["row"]["runtime_s"]))
+    timed, total, count, done = 0, 0.0, 0, 0
+    for c, weight in work:
+        if finished.get(c.key, {}).get("row", {}).get("cell_status") == "ok" and weight == 1:
+            done += 1
+            continue
+        kind = _kind(c)
+        if kind not in seen:
+            if c.kind == "solve":
+                limit = c.params.get("time_limit_s") or c.source.mapping.get(
+                    "solve", {}).get("time_limit_s") or DEFAULT_TIME_LIMIT_S
+                seen[kind] = [float(limit)]
+            else:
+                seen[kind] = [float(run_cell(c)["runtime_s"])]
+                timed += 1
+        total += weight * sum(seen[kind]) / len(seen[kind])
+        count += weight
+    how = (f"timed {timed} cell(s) here, one per instance and policy" if timed else
+           "from the runtimes of finished cells")
+    if any(c.kind == "solve" for c, _ in work):
+        how += "; solves counted at their time limit"
+    return Estimate(count + done, done, total / max(workers, 1), workers, how)
+
+
+def _kind(cell: Cell) -> tuple[str, str]:
+    return cell.params["instance"], str(cell.params.get("policy") or cell.params["problem"])

@@ -1,0 +1,396 @@
+"""Sweep files: which cells to run, validated like instances.
+
+A sweep file names one or more instances and the cells to run on them::
+
+    name: azure-rate                  # optional; the file's stem by default
+    instances: [../instances/toy/azure-sample.yaml]   # files (relative to this file) or
+                                      # inline instance mappings (a generator: requests.generate)
+    grid:                             # every combination of these values ...
+      policy: [vllm, sarathi]
+      rate_scale: [0.5, 1, 2]
+    cells:                            # ... and/or these cells, each a mapping of parameters
+      - {problem: binpacking, solver: auto, time_limit_s: 5}
+    metrics: [makespan_ms, ttft_p99_ms]   # the metric columns kept (default: all)
+    validate: true                    # check every cell's answer with the validator
+    search: {parameter: rate_scale, low: 0.25, high: 16, metric: ttft_p99_ms, at_most: 2000}
+
+A cell replays a ``policy`` or solves a ``problem``; the other parameters (:data:`PARAMETERS`)
+change the instance (seed, request count, arrival rate, system) or the solve. With several
+instances, ``instance`` (an instance's name) is a grid dimension of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
+
+from llmopt.data.instance import instance_from_mapping
+from llmopt.data.ranges import (
+    MAX_CLIENTS,
+    MAX_INSTANCES,
+    MAX_RATE_PER_S,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+)
+from llmopt.errors import LlmoptError
+from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256_of, validated
+from llmopt.policies.registry import POLICIES, ROUTERS
+from llmopt.problems.registry import PROBLEMS
+from llmopt.version import __version__
+
+MAX_CELLS = 1_000_000
+MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
+MAX_RATE_SCALE = 1e6
+
+
+class SweepError(LlmoptError):
+    """A sweep file has a missing, malformed or inconsistent field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+Positive = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
+
+
+class CellParams(_Strict):
+    """The parameters of one cell; every one optional (the instance's own value applies)."""
+
+    instance: str | None = None
+    # what the cell runs: a replay ...
+    policy: str | None = None
+    router: str | None = None
+    # ... or a solve, with the problem's own options
+    problem: str | None = None
+    solver: str | None = None
+    time_limit_s: Annotated[float, Field(ge=0, le=MAX_TIME_LIMIT_S)] | None = None
+    formulation: str | None = None
+    bins: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = None
+    time_model: str | None = None
+    literal: StrictBool | None = None
+    cuts: StrictBool | None = None
+    workers: Annotated[StrictInt, Field(ge=1, le=64)] | None = None
+    # the workload: generator seed, request count, Poisson rate, arrival-time scale
+    seed: Annotated[StrictInt, Field(ge=0)] | None = None
+    count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)] | None = None
+    rate_per_s: Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)] | None = None
+    rate_scale: Annotated[float, Field(gt=0, le=MAX_RATE_SCALE)] | None = None
+    # the serving system
+    clients: Annotated[StrictInt, Field(ge=1, le=MAX_CLIENTS)] | None = None
+    replicas: Annotated[StrictInt, Field(ge=1, le=MAX_INSTANCES)] | None = None
+    kv_capacity: Positive | None = None
+    max_batch_tokens: Positive | None = None
+    max_prefill_tokens: Positive | None = None
+
+
+PARAMETERS: dict[str, str] = {
+    "instance": "the name of one of the sweep's instances",
+    "policy": "replay this policy (`llmopt list policies`)",
+    "router": "the router of a multi-replica replay",
+    "problem": "solve this problem (`llmopt list problems`)",
+    "solver": "the problem's solver",
+    "time_limit_s": "the solve's time limit (s)",
+    "formulation": "pd-competition: original | compact",
+    "bins": "pd-competition: bins K; infermax-csp: batches N",
+    "time_model": "pd-competition: stage | replay",
+    "literal": "pd-competition original: eq 13 as printed",
+    "cuts": "pd-competition original: symmetry cuts and valid inequalities",
+    "workers": "infermax-csp: CP-SAT threads",
+    "seed": "the seed of a generated workload (requests.generate.seed)",
+    "count": "requests: a generator's count, or the rows read from a trace",
+    "rate_per_s": "a generated workload's Poisson arrival rate (requests/s)",
+    "rate_scale": "arrival rate × this: every arrival time divided by it",
+    "clients": "client slots per replica (system.clients)",
+    "replicas": "model instances (system.instances)",
+    "kv_capacity": "KV capacity in tokens (system.kv_capacity)",
+    "max_batch_tokens": "token budget of one iteration (system.max_batch_tokens)",
+    "max_prefill_tokens": "prefill budget of one iteration (system.max_prefill_tokens)",
+}
+SOLVE_OPTIONS = ("formulation", "bins", "time_model", "literal", "cuts", "workers")
+NUMERIC_PARAMETERS = ("time_limit_s", "seed", "count", "rate_per_s", "rate_scale", "clients",
+                      "replicas", "kv_capacity", "max_batch_tokens", "max_prefill_tokens", "bins")
+INTEGER_PARAMETERS = frozenset(name for name in NUMERIC_PARAMETERS
+                               if name not in ("time_limit_s", "rate_per_s", "rate_scale"))
+
+Grid = create_model(  # type: ignore[call-overload]
+    "Grid", __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
+    **{name: (list[info.annotation] | None,  # type: ignore[name-defined]
+              Field(default=None, min_length=1))
+       for name, info in CellParams.model_fields.items()},
+)
+
+REPLAY_METRICS = (
+    "makespan_ms", "utilization", "tokens_per_s", "iterations", "evictions", "running_mean",
+    "batch_size_mean", "kv_tokens_max", "ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms",
+    "tpot_mean_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
+    "bound_ms", "gap_to_bound")
+SOLVE_METRICS = ("status", "objective", "bound", "gap", "solve_runtime_s", "replay_makespan_ms")
+METRICS = REPLAY_METRICS + tuple(m for m in SOLVE_METRICS if m not in REPLAY_METRICS)
+
+
+class SearchSpec(_Strict):
+    """Bisection for the largest ``parameter`` in [low, high] at which ``metric`` stays
+    ≥ ``at_least`` (or ≤ ``at_most``), per combination of the other parameters."""
+
+    parameter: str
+    low: Annotated[float, Field(ge=0)]
+    high: Annotated[float, Field(gt=0)]
+    metric: str
+    at_least: float | None = None
+    at_most: float | None = None
+    steps: Annotated[StrictInt, Field(ge=1, le=40)] = 6
+
+
+class _SweepDoc(_Strict):
+    name: str | None = None
+    description: str | None = None
+    instances: Annotated[list[str | dict[str, Any]], Field(min_length=1)]
+    grid: dict[str, Any] | None = None
+    cells: list[Any] | None = None
+    metrics: list[str] | None = None
+    validate_: Annotated[StrictBool, Field(alias="validate")] = True
+    search: SearchSpec | None = None
+
+
+@dataclass(frozen=True)
+class InstanceSource:
+    """An instance as the workers rebuild it: its YAML mapping, the folder its paths are
+    relative to, and the content hash of the instance it defines (checked on the worker)."""
+
+    name: str
+    mapping: dict[str, Any]
+    base_dir: str
+    file: str | None
+    sha256: str
+    generated: bool
+    traced: bool
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: a replay or a solve of one instance variant. ``key`` is the content
+    hash of the instance, the parameters and the llmopt version."""
+
+    params: dict[str, Any]
+    source: InstanceSource
+    key: str
+    validate: bool = True
+
+    @property
+    def kind(self) -> Literal["replay", "solve"]:
+        return "solve" if self.params.get("problem") else "replay"
+
+
+@dataclass
+class Sweep:
+    name: str
+    file: Path
+    sha256: str
+    sources: dict[str, InstanceSource]
+    cells: list[Cell]
+    columns: list[str]                 # the parameters that vary or were given, in order
+    metrics: list[str]
+    validate: bool
+    search: SearchSpec | None = None
+    search_groups: list[dict[str, Any]] = field(default_factory=list)
+
+    def cell(self, params: dict[str, Any]) -> Cell:
+        """The cell of ``params`` (one with its key computed), e.g. a search probe."""
+        return make_cell(params, self.sources[params["instance"]], self.validate)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep file; every cell is checked before any runs (unknown policy,
+    problem, solver or parameter, an out-of-range value, an empty grid: one error naming the
+    field)."""
+    path = Path(path)
+    data = load_yaml_mapping(path, "sweep file")
+    doc: _SweepDoc = validated(_SweepDoc, data, file=path, error=SweepError)
+    name = doc.name or path.stem
+    if not is_safe_name(name):
+        raise SweepError(SAFE_NAME_RULE, file=path, field="name", value=name)
+    sources = _sources(doc, path)
+    raw = _cell_params(doc, path)
+    many = len(sources) > 1
+    for where, params in raw:
+        if "instance" not in params:
+            if many:
+                raise SweepError("several instances: give instance, or put it in the grid",
+                                 file=path, field=where)
+            params["instance"] = next(iter(sources))
+        _check_cell(params, sources, path, where)
+    metrics = _check_metrics(doc, path)
+    search_groups: list[dict[str, Any]] = []
+    if doc.search is not None:
+        _check_search(doc.search, raw, path)
+        search_groups = [p for _, p in raw]
+        raw = []
+    cells = [make_cell(p, sources[p["instance"]], doc.validate_) for _, p in raw]
+    if len({c.key for c in cells}) != len(cells):
+        dup = next(c for i, c in enumerate(cells) if c.key in {d.key for d in cells[:i]})
+        raise SweepError("the same cell twice", file=path, field="cells", value=dup.params)
+    given = [p for _, p in raw] + search_groups
+    columns = [name for name in PARAMETERS if any(name in p for p in given)]
+    if doc.search is not None and doc.search.parameter not in columns:
+        columns.append(doc.search.parameter)
+    return Sweep(name=name, file=path, sha256=sha256_of(data), sources=sources, cells=cells,
+                 columns=columns, metrics=metrics, validate=doc.validate_, search=doc.search,
+                 search_groups=search_groups)
+
+
+def make_cell(params: dict[str, Any], source: InstanceSource, validate: bool = True) -> Cell:
+    clean = {k: params[k] for k in PARAMETERS if params.get(k) is not None}
+    keyed = {k: v for k, v in clean.items() if k != "instance"}
+    key = sha256_of({"instance_sha256": source.sha256, "params": keyed, "validate": validate,
+                     "llmopt": __version__})[:32]
+    return Cell(params=clean, source=source, key=key, validate=validate)
+
+
+def _sources(doc: _SweepDoc, path: Path) -> dict[str, InstanceSource]:
+    sources: dict[str, InstanceSource] = {}
+    for i, entry in enumerate(doc.instances):
+        where = f"instances[{i}]"
+        if isinstance(entry, str):
+            file = (path.parent / entry).resolve()
+            try:
+                mapping = load_yaml_mapping(file, "instance file")
+                inst = instance_from_mapping(mapping, file=file)
+            except LlmoptError as exc:
+                raise SweepError(f"instance {entry}: {exc}", file=path, field=where) from None
+            base_dir, shown = file.parent, str(file)
+        else:
+            mapping, base_dir, shown = entry, path.parent.resolve(), None
+            try:
+                inst = instance_from_mapping(mapping, base_dir=base_dir)
+            except LlmoptError as exc:
+                raise SweepError(str(exc), file=path, field=where) from None
+        if inst.name in sources:
+            raise SweepError("two instances with the same name; give each a name", file=path,
+                             field=f"{where}.name", value=inst.name)
+        requests = mapping.get("requests")
+        sources[inst.name] = InstanceSource(
+            name=inst.name, mapping=mapping, base_dir=str(base_dir), file=shown,
+            sha256=inst.sha256, generated=isinstance(requests, dict) and "generate" in requests,
+            traced=isinstance(requests, dict) and "trace" in requests)
+    return sources
+
+
+def _cell_params(doc: _SweepDoc, path: Path) -> list[tuple[str, dict[str, Any]]]:
+    raw: list[tuple[str, dict[str, Any]]] = []
+    if doc.grid is not None:
+        if not doc.grid:
+            raise SweepError("empty: give at least one parameter and its values", file=path,
+                             field="grid")
+        grid = validated(Grid, doc.grid, file=path, prefix="grid", error=SweepError)
+        axes = {k: v for k, v in grid.model_dump().items() if v is not None}
+        count = math.prod(len(v) for v in axes.values())
+        if count > MAX_CELLS:
+            raise SweepError(f"{count:,} cells, more than {MAX_CELLS:,}", file=path,
+                             field="grid")
+        raw += [("grid", dict(zip(axes, combo, strict=True)))
+                for combo in itertools.product(*axes.values())]
+    for i, item in enumerate(doc.cells or []):
+        where = f"cells[{i}]"
+        if not isinstance(item, dict):
+            raise SweepError("each cell must be a mapping of parameters", file=path,
+                             field=where, value=item)
+        cell = validated(CellParams, item, file=path, prefix=where, error=SweepError)
+        raw.append((where, cell.model_dump(exclude_none=True)))
+    if not raw:
+        raise SweepError("no cells: give a grid or a list of cells", file=path,
+                         field="grid" if doc.grid is None else "cells")
+    return raw
+
+
+def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path: Path,
+                where: str) -> None:
+    def fail(name: str, reason: str) -> NoReturn:
+        field_ = f"{where}.{name}" if where != "grid" else f"grid.{name}"
+        raise SweepError(reason, file=path, field=field_, value=params.get(name))
+
+    if params["instance"] not in sources:
+        fail("instance", f"unknown instance (known: {', '.join(sources)})")
+    policy, problem = params.get("policy"), params.get("problem")
+    if (policy is None) == (problem is None):
+        raise SweepError("each cell needs exactly one of policy (a replay) and problem (a "
+                         "solve)", file=path, field=where, value=params)
+    if policy is not None:
+        if policy not in POLICIES:
+            fail("policy", f"unknown policy (known: {', '.join(POLICIES)})")
+        if params.get("router") is not None and params["router"] not in ROUTERS:
+            fail("router", f"unknown router (known: {', '.join(ROUTERS)})")
+        for name in ("solver", "time_limit_s", *SOLVE_OPTIONS):
+            if name in params:
+                fail(name, "applies to solves (problem), not to replays (policy)")
+    else:
+        if problem not in PROBLEMS:
+            fail("problem", f"unknown problem (known: {', '.join(PROBLEMS)})")
+        info = PROBLEMS[str(problem)]
+        if params.get("solver") is not None and params["solver"] not in info.solvers:
+            fail("solver", f"unknown solver for {problem} (known: {', '.join(info.solvers)})")
+        for name in SOLVE_OPTIONS:
+            if name in params and name not in info.options:
+                fail(name, f"not an option of problem {problem}")
+        if "router" in params:
+            fail("router", "applies to replays (policy), not to solves (problem)")
+    source = sources[params["instance"]]
+    for name in ("seed", "rate_per_s"):
+        if name in params and not source.generated:
+            fail(name, f"instance {source.name} is not generated (requests.generate)")
+    if "count" in params and not (source.generated or source.traced):
+        fail("count", f"instance {source.name} lists its requests; count applies to "
+             "generated and trace workloads")
+
+
+def _check_metrics(doc: _SweepDoc, path: Path) -> list[str]:
+    if doc.metrics is None:
+        return list(METRICS)
+    if not doc.metrics:
+        raise SweepError("empty: list metrics, or leave the field out for all", file=path,
+                         field="metrics")
+    for i, name in enumerate(doc.metrics):
+        if name not in METRICS:
+            raise SweepError(f"unknown metric (known: {', '.join(METRICS)})", file=path,
+                             field=f"metrics[{i}]", value=name)
+    return list(dict.fromkeys(doc.metrics))
+
+
+def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
+                  path: Path) -> None:
+    if search.parameter not in NUMERIC_PARAMETERS:
+        raise SweepError(f"not a numeric parameter (one of: {', '.join(NUMERIC_PARAMETERS)})",
+                         file=path, field="search.parameter", value=search.parameter)
+    if search.high <= search.low:
+        raise SweepError(f"must be above low ({search.low:g})", file=path, field="search.high",
+                         value=search.high)
+    if search.metric not in METRICS or search.metric == "status":
+        raise SweepError("unknown metric (known: "
+                         f"{', '.join(m for m in METRICS if m != 'status')})", file=path,
+                         field="search.metric", value=search.metric)
+    if (search.at_least is None) == (search.at_most is None):
+        raise SweepError("give exactly one of at_least and at_most", file=path, field="search")
+    for where, params in raw:
+        if search.parameter in params:
+            raise SweepError("is the searched parameter; remove it from the grid and cells",
+                             file=path, field=f"{where}.{search.parameter}",
+                             value=params[search.parameter])
+    for bound_name in ("low", "high"):
+        value = getattr(search, bound_name)
+        try:
+            probe_value(search.parameter, value)
+        except LlmoptError:
+            raise SweepError(f"out of the range of {search.parameter}", file=path,
+                             field=f"search.{bound_name}", value=value) from None
+
+
+def probe_value(parameter: str, value: float) -> float | int:
+    """``value`` as a value of ``parameter`` (integers rounded), checked against its range."""
+    shown: float | int = round(value) if parameter in INTEGER_PARAMETERS else float(value)
+    validated(CellParams, {parameter: shown}, file=None, error=SweepError)
+    return shown
