@@ -18,10 +18,10 @@ from distributed.scheduler import KilledWorker
 
 from llmopt.errors import OptionError
 from llmopt.sweep import cell as cells
-from llmopt.sweep.engines import WORKER_DIED, default_workers
+from llmopt.sweep.engines import WORKER_DIED, CellFunction, default_workers
 from llmopt.sweep.spec import Cell
 
-CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 5
 
 
 class DaskEngine:
@@ -29,6 +29,7 @@ class DaskEngine:
         if workers is not None and workers < 1:
             raise OptionError("must be at least 1", field="--workers", value=workers)
         self._cluster: LocalCluster | None = None
+        self.function: CellFunction = cells.run_cell
         if address is None:
             with dask.config.set({"distributed.scheduler.allowed-failures": 0,
                                   "distributed.worker.daemon": False}):
@@ -66,7 +67,7 @@ class DaskEngine:
             yield cell, row
 
     def _submit(self, cell: Cell, attempt: int) -> Future:
-        future = self.client.submit(cells.run_cell, cell, key=f"cell-{cell.key}-{attempt}",
+        future = self.client.submit(self.function, cell, key=f"cell-{cell.key}-{attempt}",
                                     pure=False, retries=0)
         self._in_flight[future] = (cell, attempt)
         return future

@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -25,8 +25,12 @@ from llmopt.sweep.spec import Cell
 WORKER_DIED = "internal error WorkerDied: the worker process running this cell died twice"
 
 
+CellFunction = Callable[[Cell], dict[str, Any]]
+
+
 class Engine(Protocol):
     workers: int
+    function: CellFunction  # run_cell; a test may give another (picklable by reference)
 
     def map(self, todo: Sequence[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
         """Run ``todo``; yield each cell with its row as it finishes."""
@@ -76,12 +80,13 @@ class SerialEngine:
 
     def __init__(self, workers: int | None = None, address: str | None = None) -> None:
         self.workers = 1
+        self.function: CellFunction = cells.run_cell
         self._running = 0
 
     def map(self, todo: Sequence[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
         for cell in todo:
             self._running = 1
-            row = cells.run_cell(cell)
+            row = self.function(cell)
             self._running = 0
             yield cell, row
 
@@ -110,6 +115,7 @@ class LocalEngine:
         if workers is not None and workers < 1:
             raise OptionError("must be at least 1", field="--workers", value=workers)
         self.workers = workers or default_workers()
+        self.function: CellFunction = cells.run_cell
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(["llmopt.sweep.cell"])
         self._pool: ProcessPoolExecutor | None = None
@@ -129,7 +135,7 @@ class LocalEngine:
             # keep the pool a little ahead of its workers, not the whole sweep submitted
             while queue and len(self._in_flight) < 2 * self.workers:
                 cell = queue.pop(0)
-                self._in_flight[pool.submit(cells.run_cell, cell)] = cell
+                self._in_flight[pool.submit(self.function, cell)] = cell
             done, _ = wait(self._in_flight, return_when=FIRST_COMPLETED)
             for future in done:
                 cell = self._in_flight.pop(future)
@@ -165,7 +171,7 @@ class LocalEngine:
         """Run ``cell`` again in a pool of its own; a second death of its worker fails it."""
         with self._new_pool(1) as pool:
             try:
-                return pool.submit(cells.run_cell, cell).result()
+                return pool.submit(self.function, cell).result()
             except BrokenProcessPool:
                 return {"key": cell.key, "cell_status": "failed", "error": WORKER_DIED}
 

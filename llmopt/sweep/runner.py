@@ -79,7 +79,9 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
         runner.close()
     records = [finished[c.key] for c in sweep.cells if c.key in finished]
     probe_records = [finished[k] for k in probes_used if k in finished]
-    table = store.table(records + sorted(probe_records, key=_probe_order(sweep)))
+    if probe_records:
+        records += sorted(probe_records, key=_probe_order(sweep))
+    table = store.table(records)
     written = store.write_table(table, "results")
     if search_table is not None:
         written += store.write_table(search_table, "search")
@@ -123,10 +125,15 @@ def _probe_round(runner: Engine, probes: list[Cell], store: Store,
 
 
 def _probe_order(sweep: Sweep) -> Any:
-    columns = sweep.columns
+    """Probes in the order of their groups, then by the searched value."""
+    assert sweep.search is not None
+    name = sweep.search.parameter
+    groups = {repr(sorted(g.items())): i for i, g in enumerate(sweep.search_groups)}
 
-    def key(record: dict[str, Any]) -> tuple[str, ...]:
-        return tuple(f"{record['params'].get(c)!s:>24}" for c in columns)
+    def key(record: dict[str, Any]) -> tuple[int, float]:
+        params = record["params"]
+        group = {k: v for k, v in params.items() if k != name}
+        return groups.get(repr(sorted(group.items())), len(groups)), float(params[name])
 
     return key
 

@@ -7,7 +7,8 @@ A sweep file names one or more instances and the cells to run on them::
                                       # inline instance mappings (a generator: requests.generate)
     grid:                             # every combination of these values ...
       policy: [vllm, sarathi]
-      rate_scale: [0.5, 1, 2]
+      rate_scale: [0.5, 1, 2]         # a list, or a range: {from: 1000, to: 1099} (step 1),
+      seed: {from: 1, to: 5}          # {from, to, step}, {from, to, points, log: true}
     cells:                            # ... and/or these cells, each a mapping of parameters
       - {problem: binpacking, solver: auto, time_limit_s: 5}
     metrics: [makespan_ms, ttft_p99_ms]   # the metric columns kept (default: all)
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
 
 from llmopt.data.instance import instance_from_mapping
@@ -287,7 +289,8 @@ def _cell_params(doc: _SweepDoc, path: Path) -> list[tuple[str, dict[str, Any]]]
         if not doc.grid:
             raise SweepError("empty: give at least one parameter and its values", file=path,
                              field="grid")
-        grid = validated(Grid, doc.grid, file=path, prefix="grid", error=SweepError)
+        expanded = {k: expand_range(v, path, f"grid.{k}") for k, v in doc.grid.items()}
+        grid = validated(Grid, expanded, file=path, prefix="grid", error=SweepError)
         axes = {k: v for k, v in grid.model_dump().items() if v is not None}
         count = math.prod(len(v) for v in axes.values())
         if count > MAX_CELLS:
@@ -306,6 +309,41 @@ def _cell_params(doc: _SweepDoc, path: Path) -> list[tuple[str, dict[str, Any]]]
         raise SweepError("no cells: give a grid or a list of cells", file=path,
                          field="grid" if doc.grid is None else "cells")
     return raw
+
+
+class _Range(_Strict):
+    from_: Annotated[float, Field(alias="from")]
+    to: float
+    step: Annotated[float, Field(gt=0)] | None = None
+    points: Annotated[StrictInt, Field(ge=2, le=MAX_CELLS)] | None = None
+    log: StrictBool = False
+
+
+def expand_range(value: Any, path: Path, where: str) -> Any:
+    """A grid axis given as a range mapping, as the list of its values (``to`` included;
+    integers when ``from``, ``to`` and ``step`` are); anything else as it is."""
+    if not isinstance(value, dict):
+        return value
+    r: _Range = validated(_Range, value, file=path, prefix=where, error=SweepError)
+    lo, hi = r.from_, r.to
+    if hi < lo or (r.step is None) == (r.points is None) or (r.log and r.points is None):
+        raise SweepError("a range is {from, to} with to >= from and one of step or points "
+                         "(log: true needs points)", file=path, field=where, value=value)
+    if r.points is not None:
+        if r.log and lo <= 0:
+            raise SweepError("a log range needs from > 0", file=path, field=f"{where}.from",
+                             value=lo)
+        grid = (np.geomspace(lo, hi, r.points) if r.log else np.linspace(lo, hi, r.points))
+        return [float(f"{v:.6g}") for v in grid]
+    step = r.step or 1.0
+    count = math.floor((hi - lo) / step + 1e-9) + 1
+    if count > MAX_CELLS:
+        raise SweepError(f"{count:,} values, more than {MAX_CELLS:,}", file=path, field=where,
+                         value=value)
+    values = [lo + i * step for i in range(count)]
+    if all(float(v).is_integer() for v in (lo, step)):
+        return [int(v) for v in values]
+    return [float(f"{v:.12g}") for v in values]
 
 
 def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path: Path,

@@ -22,12 +22,14 @@ import pandas as pd
 
 from llmopt.errors import InputFileError, OptionError
 from llmopt.files import load_json_mapping, write_atomic
-from llmopt.sweep.spec import Cell, Sweep
+from llmopt.sweep.spec import INTEGER_PARAMETERS, Cell, Sweep
 from llmopt.version import __version__
 
 MANIFEST = "sweep.json"
 ROW_COLUMNS = ("cell_status", "valid", "invalid_reason", "error", "requests", "runtime_s",
                "instance_sha256", "key")
+
+INTEGER_COLUMNS = INTEGER_PARAMETERS | {"iterations", "evictions", "kv_tokens_max", "requests"}
 
 
 class Store:
@@ -99,7 +101,11 @@ class Store:
         keep = [c for c in columns if c in sweep.columns or c == "cell_status"
                 or (c == "probe" and sweep.search is not None)
                 or (c != "probe" and frame[c].notna().any())]
-        return frame[keep]
+        frame = frame[keep]
+        for column in frame.columns:
+            if column in INTEGER_COLUMNS and frame[column].notna().any():
+                frame[column] = frame[column].astype("Int64")
+        return frame
 
     def write_table(self, frame: pd.DataFrame, stem: str) -> list[Path]:
         parquet, csv = self.folder / f"{stem}.parquet", self.folder / f"{stem}.csv"
