@@ -307,7 +307,7 @@ def _cell_params(doc: _SweepDoc, path: Path) -> list[tuple[str, dict[str, Any]]]
         raw.append((where, cell.model_dump(exclude_none=True)))
     if not raw:
         raise SweepError("no cells: give a grid or a list of cells", file=path,
-                         field="grid" if doc.grid is None else "cells")
+                         field="cells" if doc.cells is not None else "grid")
     return raw
 
 
@@ -326,9 +326,10 @@ def expand_range(value: Any, path: Path, where: str) -> Any:
         return value
     r: _Range = validated(_Range, value, file=path, prefix=where, error=SweepError)
     lo, hi = r.from_, r.to
-    if hi < lo or (r.step is None) == (r.points is None) or (r.log and r.points is None):
-        raise SweepError("a range is {from, to} with to >= from and one of step or points "
-                         "(log: true needs points)", file=path, field=where, value=value)
+    if hi < lo or (r.step is not None and r.points is not None) or (r.log and r.points is None):
+        raise SweepError("a range is {from, to} with to >= from and at most one of step (1 "
+                         "by default) or points (log: true needs points)", file=path,
+                         field=where, value=value)
     if r.points is not None:
         if r.log and lo <= 0:
             raise SweepError("a log range needs from > 0", file=path, field=f"{where}.from",
