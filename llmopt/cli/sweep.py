@@ -166,8 +166,16 @@ def _summary(sweep: Sweep, report: SweepReport) -> None:
         bad = table[table["valid"] == False]  # noqa: E712
         out.print(f"[bold red]{len(bad)} cells produced an answer the validator rejects[/]: "
                   f"{escape(str(bad['invalid_reason'].iloc[0]))}")
-    if report.search is not None:
-        out.print(_frame_table(report.search))
+    if report.search is not None and sweep.search is not None:
+        shown_search = report.search.drop(columns="target")
+        if len(sweep.sources) == 1:
+            shown_search = shown_search.drop(columns="instance", errors="ignore")
+        name = sweep.search.parameter
+        out.print(f"largest {name} with {report.search['target'].iloc[0]} (bisection; "
+                  f"first failing: the smallest {name} probed that misses it):")
+        out.print(_frame_table(shown_search.rename(columns={
+            f"largest_{name}": "largest", f"first_failing_{name}": "first failing",
+            f"{sweep.search.metric}_at_largest": f"{sweep.search.metric} there"})))
     failed = table[table["cell_status"] == "failed"]
     for _, row in failed.head(5).iterrows():
         shown = {c: row[c] for c in sweep.columns if pd.notna(row[c])}
