@@ -10,7 +10,6 @@ false``.
 from __future__ import annotations
 
 import copy
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -151,6 +150,3 @@ def _validated(inst: Instance, result: Result) -> tuple[bool, str | None]:
         verdict = check_solution(inst, read_solution(path))
     return verdict.valid, (verdict.reasons[0][:300] if verdict.reasons else None)
 
-
-def finite_or_none(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
