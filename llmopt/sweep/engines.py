@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -126,7 +127,7 @@ class LocalEngine:
                                    initializer=_ignore_sigint)
 
     def map(self, todo: Sequence[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
-        queue = list(todo)
+        queue = deque(todo)
         suspects: list[Cell] = []
         while queue:
             if self._pool is None:
@@ -134,7 +135,7 @@ class LocalEngine:
             pool = self._pool
             # keep the pool a little ahead of its workers, not the whole sweep submitted
             while queue and len(self._in_flight) < 2 * self.workers:
-                cell = queue.pop(0)
+                cell = queue.popleft()
                 self._in_flight[pool.submit(self.function, cell)] = cell
             done, _ = wait(self._in_flight, return_when=FIRST_COMPLETED)
             for future in done:
