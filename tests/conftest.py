@@ -13,6 +13,19 @@ from llmopt.data.instance import Instance, instance_from_mapping
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ROOT / "instances" / "toy"
 SHARED_DATA = ROOT.parent / "shared" / "data"
+# the head of a sweep file: one generated instance of six requests on the Pang profile
+GENERATED_SWEEP = """
+instances:
+  - name: gen
+    model: pang-llama65b-ascend8
+    system: {clients: 2, max_prefill_tokens: 4096}
+    requests:
+      generate:
+        count: 6
+        seed: 1
+        input: {dist: uniform, low: 20, high: 80}
+        output: {dist: uniform, low: 10, high: 120}
+"""
 
 
 def make_instance(outputs: list[int], clients: int, inputs: list[int] | None = None,

@@ -13,22 +13,11 @@ import pandas as pd
 import pytest
 from distributed import Client
 
+from conftest import GENERATED_SWEEP
 from llmopt.sweep.runner import run_sweep
 from llmopt.sweep.spec import load_sweep
 
-SWEEP = """
-instances:
-  - name: gen
-    model: pang-llama65b-ascend8
-    system: {clients: 2, max_prefill_tokens: 4096}
-    requests:
-      generate:
-        count: 6
-        seed: 1
-        input: {dist: uniform, low: 20, high: 80}
-        output: {dist: uniform, low: 10, high: 120}
-grid: {policy: [baseline, hybrid], seed: {from: 0, to: 5}}
-"""
+SWEEP = GENERATED_SWEEP + "grid: {policy: [baseline, hybrid], seed: {from: 0, to: 5}}\n"
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import TOY
+from conftest import GENERATED_SWEEP, TOY
 from llmopt.sweep import cell as cells
 from llmopt.sweep.engines import WORKER_DIED, LocalEngine
 from llmopt.sweep.runner import SweepInterrupted, run_sweep
@@ -24,20 +24,8 @@ from llmopt.sweep.search import meets
 from llmopt.sweep.spec import load_sweep
 from llmopt.validate import check_solution
 
-GENERATED = """
-instances:
-  - name: gen
-    model: pang-llama65b-ascend8
-    system: {clients: 2, max_prefill_tokens: 4096}
-    requests:
-      generate:
-        count: 6
-        seed: 1
-        input: {dist: uniform, low: 20, high: 80}
-        output: {dist: uniform, low: 10, high: 120}
-"""
-TWELVE = GENERATED + "grid: {policy: [baseline, online], seed: {from: 0, to: 5}}\n"
-HUNDRED = GENERATED + "grid: {policy: [baseline, online], seed: {from: 0, to: 49}}\n"
+TWELVE = GENERATED_SWEEP + "grid: {policy: [baseline, online], seed: {from: 0, to: 5}}\n"
+HUNDRED = GENERATED_SWEEP + "grid: {policy: [baseline, online], seed: {from: 0, to: 49}}\n"
 WALL_CLOCK = ["runtime_s", "solve_runtime_s"]
 
 

@@ -7,23 +7,11 @@ import textwrap
 
 import pytest
 
-from conftest import TOY
+from conftest import GENERATED_SWEEP, TOY
 from llmopt.sweep.spec import SweepError, load_sweep
 
 HEAD = f"""
 instances: [{TOY / 'quickstart.yaml'}]
-"""
-GENERATED = """
-instances:
-  - name: gen
-    model: pang-llama65b-ascend8
-    system: {clients: 2, max_prefill_tokens: 4096}
-    requests:
-      generate:
-        count: 6
-        seed: 1
-        input: {dist: uniform, low: 20, high: 80}
-        output: {dist: uniform, low: 10, high: 200}
 """
 
 
@@ -65,7 +53,7 @@ def test_log_range_and_generator_parameters(tmp_path):
           policy: [baseline]
           seed: {from: 1, to: 3}
           rate_per_s: {from: 1, to: 100, points: 3, log: true}
-        """, head=GENERATED))
+        """, head=GENERATED_SWEEP))
     assert sorted({c.params["rate_per_s"] for c in sweep.cells}) == [1.0, 10.0, 100.0]
     assert sorted({c.params["seed"] for c in sweep.cells}) == [1, 2, 3]
 

@@ -18,7 +18,7 @@ from llmopt.cli.common import OneLineUsageErrors, check_out_dir, command, err, o
 from llmopt.errors import InputFileError, OptionError
 from llmopt.report import plot as plots
 from llmopt.report.sweep_plot import check_columns, default_axes, plot_lines, plot_spread
-from llmopt.sweep.engines import ENGINES, default_workers
+from llmopt.sweep.engines import ENGINES, check_engine, default_workers
 from llmopt.sweep.runner import (
     SweepInterrupted,
     SweepProgress,
@@ -113,13 +113,9 @@ def run(
     """Run a sweep file: every cell (a replay or a solve of one instance variant) on the
     engine, stored as it finishes; then results.parquet and results.csv (one row per cell),
     the search's table and a plot."""
-    if workers is not None and workers < 1:
-        raise OptionError("must be at least 1", field="--workers", value=workers)
     if address is not None:
         engine = "dask"
-    if engine not in ENGINES:
-        raise OptionError(f"unknown engine (known: {', '.join(ENGINES)})", field="--engine",
-                          value=engine)
+    check_engine(engine, workers, address)
     sweep = load_sweep(sweep_file)
     folder = out_dir or Path("sweeps") / sweep.name
     check_out_dir(folder)

@@ -60,13 +60,20 @@ ENGINES: dict[str, EngineInfo] = {e.name: e for e in [
 ]}
 
 
-def open_engine(name: str, workers: int | None = None, address: str | None = None) -> Engine:
+def check_engine(name: str, workers: int | None = None, address: str | None = None) -> None:
+    """The engine options, refused (one OptionError naming the option) before any work."""
+    if workers is not None and workers < 1:
+        raise OptionError("must be at least 1", field="--workers", value=workers)
     if name not in ENGINES:
         raise OptionError(f"unknown engine (known: {', '.join(ENGINES)})", field="--engine",
                           value=name)
     if address is not None and name != "dask":
         raise OptionError("a cluster address needs --engine dask", field="--address",
                           value=address)
+
+
+def open_engine(name: str, workers: int | None = None, address: str | None = None) -> Engine:
+    check_engine(name, workers, address)
     engine: Engine = load(ENGINES[name].make)(workers=workers, address=address)
     return engine
 
@@ -113,8 +120,6 @@ class LocalEngine:
     """
 
     def __init__(self, workers: int | None = None, address: str | None = None) -> None:
-        if workers is not None and workers < 1:
-            raise OptionError("must be at least 1", field="--workers", value=workers)
         self.workers = workers or default_workers()
         self.function: CellFunction = cells.run_cell
         self._context = multiprocessing.get_context("forkserver")

@@ -58,8 +58,7 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
     runner = open_engine(engine, workers, address)
     store.open()
     finished = store.finished()
-    todo = [c for c in sweep.cells if finished.get(c.key, {}).get("row", {})
-            .get("cell_status") != "ok"]
+    todo = [c for c in sweep.cells if not _finished_ok(finished, c)]
     skipped = len(sweep.cells) - len(todo)
     counts = {"ran": 0, "failed": 0}
     probes_used: dict[str, None] = {}
@@ -101,6 +100,10 @@ class SweepInterrupted(KeyboardInterrupt):
         self.report = report
 
 
+def _finished_ok(finished: dict[str, dict[str, Any]], cell: Cell) -> bool:
+    return bool(finished.get(cell.key, {}).get("row", {}).get("cell_status") == "ok")
+
+
 def _run(runner: Engine, todo: Sequence[Cell], store: Store,
          finished: dict[str, dict[str, Any]], counts: dict[str, int], shown: SweepProgress,
          *, total: int, done: int, probe: bool = False) -> None:
@@ -116,8 +119,7 @@ def _probe_round(runner: Engine, probes: list[Cell], store: Store,
                  finished: dict[str, dict[str, Any]], counts: dict[str, int],
                  shown: SweepProgress, used: dict[str, None]) -> dict[str, dict[str, Any]]:
     used.update(dict.fromkeys(c.key for c in probes))
-    todo = [c for c in probes if finished.get(c.key, {}).get("row", {})
-            .get("cell_status") != "ok"]
+    todo = [c for c in probes if not _finished_ok(finished, c)]
     shown.start(len(probes), len(probes) - len(todo))
     _run(runner, todo, store, finished, counts, shown, total=len(probes),
          done=len(probes) - len(todo), probe=True)
@@ -166,7 +168,7 @@ def estimate(sweep: Sweep, out: Path, workers: int) -> Estimate:
             seen.setdefault(_kind(c), []).append(float(finished[c.key]["row"]["runtime_s"]))
     timed, total, count, done = 0, 0.0, 0, 0
     for c, weight in work:
-        if finished.get(c.key, {}).get("row", {}).get("cell_status") == "ok" and weight == 1:
+        if _finished_ok(finished, c) and weight == 1:
             done += 1
             continue
         kind = _kind(c)
