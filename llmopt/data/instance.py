@@ -7,10 +7,16 @@ The YAML contract (later issues add fields; these stay stable)::
     system: {clients: 200, kv_capacity: 131072, max_batch_tokens: 4096,
              max_prefill_tokens: 4096, instances: 1}
     requests: [...]                   # exactly one of: a list, {trace: ...}, {generate: ...}
+    slo: {ttft_ms: 400, tpot_ms: 150}  # optional (llmopt.data.slo)
     solve: {problem: binpacking, solver: auto, time_limit_s: 60}
 
 Paths are relative to the instance file. Generated requests are deterministic for a seed and get
 ids ``r0, r1, …``; trace requests get ``r<row>`` with ``row`` the 0-based data row of the file.
+
+Arrivals (``llmopt.data.arrivals``): a generator's ``arrival`` process (offline, Poisson, Gamma);
+a trace's timestamps scaled by ``time_scale`` (0.5: twice as fast), or replaced by an ``arrival``
+process (the only choice for length-pair tables without timestamps). ``duration_s`` keeps the
+requests arriving in the first ``duration_s`` seconds (a generator then draws as many as arrive).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 from pydantic import (
@@ -30,15 +36,17 @@ from pydantic import (
     field_validator,
 )
 
+from llmopt.data.arrivals import Arrivals, arrival_times, count_within
 from llmopt.data.cost import CostProfile, load_profile
+from llmopt.data.cost.base import IterationCosts
 from llmopt.data.ranges import (
     MAX_CLIENTS,
     MAX_INSTANCES,
     MAX_MS,
-    MAX_RATE_PER_S,
     MAX_REQUESTS,
     MAX_TOKENS,
 )
+from llmopt.data.slo import SLO_FIELDS, SloSpec, Target, resolve_slos
 from llmopt.data.traces import TRACE_FORMATS, read_trace
 from llmopt.errors import InstanceError, LlmoptError, TraceError
 from llmopt.files import (
@@ -58,7 +66,8 @@ class _Strict(BaseModel):
 
 
 class Request(_Strict):
-    """One inference request: prompt length, output length, arrival time."""
+    """One inference request: prompt length, output length, arrival time, and its SLO targets
+    and class when the instance has SLOs (``llmopt.data.slo``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -66,6 +75,10 @@ class Request(_Strict):
     input_tokens: TokenCount
     output_tokens: TokenCount
     arrival_ms: Annotated[float, Field(ge=0, le=MAX_MS)] = 0.0
+    ttft_slo_ms: Target | None = None
+    tpot_slo_ms: Target | None = None
+    e2e_slo_ms: Target | None = None
+    slo_class: str | None = Field(default=None, min_length=1)
 
 
 class System(_Strict):
@@ -129,15 +142,12 @@ class Distribution(_Strict):
         return np.clip(np.rint(x), lo, hi).astype(np.int64)
 
 
-class Arrivals(_Strict):
-    """Arrival process of generated requests: all at 0 (offline) or Poisson at a rate."""
-
-    process: Literal["offline", "poisson"] = "offline"
-    rate_per_s: Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)] | None = None
+Duration = Annotated[float, Field(gt=0, le=MAX_MS / 1000)]
 
 
 class GeneratorSpec(_Strict):
-    count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)]
+    count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)] | None = None
+    duration_s: Duration | None = None
     seed: Annotated[StrictInt, Field(ge=0)]
     input: Distribution
     output: Distribution
@@ -149,6 +159,9 @@ class TraceSpec(_Strict):
     format: str = "auto"
     start: Annotated[StrictInt, Field(ge=0)] = 0
     limit: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)] | None = None
+    time_scale: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    duration_s: Duration | None = None
+    arrival: Arrivals | None = None
 
     @field_validator("format")
     @classmethod
@@ -175,6 +188,7 @@ class _InstanceDoc(_Strict):
     model: str | dict[str, Any]
     system: System
     requests: Any
+    slo: SloSpec | None = None
     solve: SolveDefaults = SolveDefaults()
 
     @field_validator("name")
@@ -228,15 +242,31 @@ class Instance:
         return np.array([r.arrival_ms for r in self.requests], dtype=float)
 
     @cached_property
+    def has_slos(self) -> bool:
+        return any(getattr(r, f) is not None for r in self.requests for f in SLO_FIELDS)
+
+    def slo_targets(self, field: str) -> np.ndarray:
+        """One SLO field (``ttft_slo_ms``, ``tpot_slo_ms``, ``e2e_slo_ms``) per request, NaN
+        where the request has none."""
+        return np.array([np.nan if (v := getattr(r, field)) is None else v
+                         for r in self.requests], dtype=float)
+
+    def with_requests(self, requests: tuple[Request, ...]) -> Instance:
+        return Instance(self.name, self.profile, self.system, requests, self.solve, self.path,
+                        self.description)
+
+    @cached_property
     def sha256(self) -> str:
         """Content hash of the canonical dump of everything that defines the problem: the
-        name, the profile, the system and every field of every request (a field added to any of
-        these models changes it); not the solve defaults or the description."""
+        name, the profile, the system and every field of every request, SLO targets included
+        (a field added to any of these models changes it; a request field left unset is not
+        dumped, so instances without SLOs keep their hash); not the solve defaults or the
+        description."""
         return sha256_of({
             "name": self.name,
             "profile": self.profile.model_dump(mode="json"),
             "system": self.system.model_dump(mode="json"),
-            "requests": [r.model_dump(mode="json") for r in self.requests],
+            "requests": [r.model_dump(mode="json", exclude_none=True) for r in self.requests],
         })
 
     def label(self) -> str:
@@ -262,6 +292,7 @@ def instance_from_mapping(data: dict[str, Any], *, file: Path | None = None,
     profile = load_profile(doc.model, base_dir=base_dir, file=file)
     requests = _materialise_requests(doc.requests, file=file, base_dir=base_dir)
     _check_requests(requests, file)
+    requests = _with_slos(requests, doc.slo, profile, file)
     name = doc.name or (file.stem if file else "instance")
     if not is_safe_name(name):
         raise InstanceError(f"none given, and the file's stem is unusable: it {SAFE_NAME_RULE}",
@@ -291,7 +322,8 @@ def _materialise_requests(spec: Any, *, file: Path | None, base_dir: Path) -> li
             tspec: TraceSpec = validated(TraceSpec, spec, file=file, prefix="requests",
                                          error=InstanceError)
             trace = base_dir / tspec.trace
-            rows = read_trace(trace, tspec.format, start=tspec.start, limit=tspec.limit)
+            rows = _trace_arrivals(read_trace(trace, tspec.format, start=tspec.start,
+                                              limit=tspec.limit), tspec, file)
             return [validated(Request, row, file=trace, prefix=f"rows[{i}]", error=TraceError)
                     for i, row in enumerate(rows)]
         gdoc: _GenerateDoc = validated(_GenerateDoc, spec, file=file, prefix="requests",
@@ -308,27 +340,92 @@ def _not_a_mapping(item: Any, i: int, file: Path | None) -> Request:
                         file=file, field=f"requests[{i}]", value=item, has_value=True)
 
 
+def _trace_arrivals(rows: list[dict[str, Any]], spec: TraceSpec, file: Path | None
+                    ) -> list[dict[str, Any]]:
+    """A trace's rows with their arrivals scaled by ``time_scale`` or replaced by ``arrival``,
+    then cut at ``duration_s``."""
+    if spec.arrival is not None:
+        _require_rate(spec.arrival, file, "requests.arrival")
+        rng = np.random.default_rng(spec.arrival.seed or 0)
+        times = arrival_times(spec.arrival, len(rows), rng)
+        rows = [{**row, "arrival_ms": float(t)} for row, t in zip(rows, times, strict=True)]
+    elif spec.time_scale != 1.0:
+        rows = [{**row, "arrival_ms": row["arrival_ms"] * spec.time_scale} for row in rows]
+    if spec.duration_s is not None:
+        rows = [row for row in rows if row["arrival_ms"] < spec.duration_s * 1000.0]
+        if not rows:
+            raise InstanceError("no request arrives within it", file=file,
+                                field="requests.duration_s", value=spec.duration_s)
+    return rows
+
+
+def _require_rate(arrivals: Arrivals, file: Path | None, where: str) -> None:
+    if arrivals.needs_rate() and arrivals.rate_per_s is None:
+        raise InstanceError(f"required for a {arrivals.process} arrival process", file=file,
+                            field=f"{where}.rate_per_s")
+
+
 def generate_requests(spec: GeneratorSpec, *, file: Path | None = None) -> list[Request]:
     """Deterministic requests for ``spec.seed``: ids r0, r1, …; lengths from the distributions;
-    arrivals all 0 or Poisson."""
+    arrivals all 0, Poisson or Gamma. With ``duration_s`` instead of ``count``, the arrivals are
+    drawn first (from their own seeded stream) and every request arriving in time is kept."""
+    if (spec.count is None) == (spec.duration_s is None):
+        raise InstanceError("give exactly one of count and duration_s", file=file,
+                            field="requests.generate.count")
+    _require_rate(spec.arrival, file, "requests.generate.arrival")
+    count = spec.count
+    if spec.duration_s is not None:
+        if not spec.arrival.needs_rate():
+            raise InstanceError("duration_s needs a poisson or gamma arrival process",
+                                file=file, field="requests.generate.duration_s",
+                                value=spec.duration_s)
+        count = _count_in_duration(spec.arrival, spec.duration_s, spec.seed, file)
+    assert count is not None
     rng = np.random.default_rng(spec.seed)
     f = file or Path("<generator>")
-    inputs = spec.input.sample(rng, spec.count, "requests.generate.input", f)
-    outputs = spec.output.sample(rng, spec.count, "requests.generate.output", f)
-    if spec.arrival.process == "poisson":
-        if spec.arrival.rate_per_s is None:
-            raise InstanceError("required for a poisson arrival process", file=file,
-                                field="requests.generate.arrival.rate_per_s")
-        gaps = rng.exponential(1000.0 / spec.arrival.rate_per_s, spec.count)
-        arrivals = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    inputs = spec.input.sample(rng, count, "requests.generate.input", f)
+    outputs = spec.output.sample(rng, count, "requests.generate.output", f)
+    if spec.duration_s is not None:
+        arrivals = arrival_times(spec.arrival, count, np.random.default_rng([spec.seed, 1]))
     else:
-        arrivals = np.zeros(spec.count)
+        arrivals = arrival_times(spec.arrival, count, rng)
     return [
         validated(Request, {"id": f"r{i}", "input_tokens": int(a), "output_tokens": int(b),
                             "arrival_ms": float(t)},
                   file=file, prefix=f"requests.generate[{i}]", error=InstanceError)
         for i, (a, b, t) in enumerate(zip(inputs, outputs, arrivals, strict=True))
     ]
+
+
+def _count_in_duration(arrivals: Arrivals, duration_s: float, seed: int,
+                       file: Path | None) -> int:
+    """How many requests of the seeded arrival stream arrive before ``duration_s``."""
+    assert arrivals.rate_per_s is not None
+    expected = arrivals.rate_per_s * duration_s
+    if expected > MAX_REQUESTS:
+        raise InstanceError(f"rate x duration gives more than {MAX_REQUESTS:,} requests",
+                            file=file, field="requests.generate.duration_s", value=duration_s)
+    n = int(expected * 2 + 10 * arrivals.cv * np.sqrt(expected) + 10)
+    while True:
+        times = arrival_times(arrivals, n, np.random.default_rng([seed, 1]))
+        if times[-1] >= duration_s * 1000.0 or n >= MAX_REQUESTS:
+            return max(count_within(times, duration_s), 1)
+        n *= 2
+
+
+def _with_slos(requests: list[Request], spec: SloSpec | None, profile: CostProfile,
+               file: Path | None) -> list[Request]:
+    """The requests with their SLO fields resolved (``llmopt.data.slo.resolve_slos``)."""
+    given = [{f: getattr(r, f) for f in (*SLO_FIELDS, "slo_class")} for r in requests]
+    if spec is None and not any(v is not None for g in given for v in g.values()):
+        return requests
+    if not hasattr(profile, "iteration_ms") and spec is not None and spec.multiple is not None:
+        raise InstanceError(f"derived SLOs need a profile that times iterations, not "
+                            f"{profile.family}", file=file, field="slo.multiple")
+    inputs = np.array([r.input_tokens for r in requests], dtype=float)
+    outputs = np.array([r.output_tokens for r in requests], dtype=float)
+    resolved = resolve_slos(spec, given, inputs, outputs, cast(IterationCosts, profile), file)
+    return [r.model_copy(update=slo) for r, slo in zip(requests, resolved, strict=True)]
 
 
 def _check_requests(requests: list[Request], file: Path | None) -> None:
