@@ -159,6 +159,8 @@ class TraceSpec(_Strict):
     format: str = "auto"
     start: Annotated[StrictInt, Field(ge=0)] = 0
     limit: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)] | None = None
+    model: str | None = Field(default=None, min_length=1)      # BurstGPT's Model filter
+    log_type: str | None = Field(default=None, min_length=1)   # BurstGPT's Log Type filter
     time_scale: Annotated[float, Field(gt=0, le=1e6)] = 1.0
     duration_s: Duration | None = None
     arrival: Arrivals | None = None
@@ -323,7 +325,9 @@ def _materialise_requests(spec: Any, *, file: Path | None, base_dir: Path) -> li
                                          error=InstanceError)
             trace = base_dir / tspec.trace
             rows = _trace_arrivals(read_trace(trace, tspec.format, start=tspec.start,
-                                              limit=tspec.limit), tspec, file)
+                                              limit=tspec.limit, model=tspec.model,
+                                              log_type=tspec.log_type,
+                                              timestamps_required=False), tspec, file)
             return [validated(Request, row, file=trace, prefix=f"rows[{i}]", error=TraceError)
                     for i, row in enumerate(rows)]
         gdoc: _GenerateDoc = validated(_GenerateDoc, spec, file=file, prefix="requests",
@@ -343,7 +347,10 @@ def _not_a_mapping(item: Any, i: int, file: Path | None) -> Request:
 def _trace_arrivals(rows: list[dict[str, Any]], spec: TraceSpec, file: Path | None
                     ) -> list[dict[str, Any]]:
     """A trace's rows with their arrivals scaled by ``time_scale`` or replaced by ``arrival``,
-    then cut at ``duration_s``."""
+    then cut at ``duration_s``. A table without timestamps (length pairs) arrives offline (all
+    at 0 ms) unless ``arrival`` says otherwise."""
+    if spec.arrival is None and rows and rows[0]["arrival_ms"] is None:
+        rows = [{**row, "arrival_ms": 0.0} for row in rows]
     if spec.arrival is not None:
         _require_rate(spec.arrival, file, "requests.arrival")
         rng = np.random.default_rng(spec.arrival.seed or 0)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmopt.data.instance import Instance, System, instance_from_mapping
+from llmopt.data.slo import SLO_FIELDS
 from llmopt.errors import LlmoptError
 from llmopt.policies.replay import replay_result
 from llmopt.problems.api import bounds as family_bounds
@@ -82,11 +83,21 @@ def build_instance(cell: Cell) -> Instance:
                         inst.description)
     if "rate_scale" in p:
         scale = float(p["rate_scale"])
-        requests = tuple(r.model_copy(update={"arrival_ms": r.arrival_ms / scale})
-                         for r in inst.requests)
-        inst = Instance(inst.name, inst.profile, inst.system, requests, inst.solve, inst.path,
-                        inst.description)
+        inst = inst.with_requests(tuple(r.model_copy(update={"arrival_ms": r.arrival_ms / scale})
+                                        for r in inst.requests))
+    if "slo_scale" in p:
+        inst = _slos_scaled(inst, float(p["slo_scale"]))
     return inst
+
+
+def _slos_scaled(inst: Instance, scale: float) -> Instance:
+    if not inst.has_slos:
+        raise LlmoptError("slo_scale needs an instance with SLO targets (an slo section)",
+                          file=inst.path, field="slo_scale", value=scale)
+    return inst.with_requests(tuple(
+        r.model_copy(update={f: None if getattr(r, f) is None else getattr(r, f) * scale
+                             for f in SLO_FIELDS})
+        for r in inst.requests))
 
 
 def _generator_mapping(mapping: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +108,11 @@ def _generator_mapping(mapping: dict[str, Any], p: dict[str, Any]) -> dict[str, 
         for name in ("seed", "count"):
             if name in p:
                 gen[name] = p[name]
-        if "rate_per_s" in p:
-            gen["arrival"] = {"process": "poisson", "rate_per_s": p["rate_per_s"]}
+        if "rate_per_s" in p:  # a Gamma process keeps its cv; an offline one becomes Poisson
+            arrival = dict(gen.get("arrival") or {})
+            if arrival.get("process", "offline") == "offline":
+                arrival["process"] = "poisson"
+            gen["arrival"] = {**arrival, "rate_per_s": p["rate_per_s"]}
     elif "count" in p:
         requests["limit"] = p["count"]
     return doc

@@ -43,6 +43,7 @@ from llmopt.errors import LlmoptError
 from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256_of, validated
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import PROBLEMS
+from llmopt.schedule.metrics import ATTAINMENT_METRICS
 from llmopt.version import __version__
 
 MAX_CELLS = 1_000_000
@@ -83,6 +84,7 @@ class CellParams(_Strict):
     count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)] | None = None
     rate_per_s: Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)] | None = None
     rate_scale: Annotated[float, Field(gt=0, le=MAX_RATE_SCALE)] | None = None
+    slo_scale: Annotated[float, Field(gt=0, le=MAX_RATE_SCALE)] | None = None
     # the serving system
     clients: Annotated[StrictInt, Field(ge=1, le=MAX_CLIENTS)] | None = None
     replicas: Annotated[StrictInt, Field(ge=1, le=MAX_INSTANCES)] | None = None
@@ -108,6 +110,7 @@ PARAMETERS: dict[str, str] = {
     "count": "requests: a generator's count, or the rows read from a trace",
     "rate_per_s": "a generated workload's Poisson arrival rate (requests/s)",
     "rate_scale": "arrival rate × this: every arrival time divided by it",
+    "slo_scale": "every SLO target (TTFT, TPOT, E2E) × this: below 1 tighter",
     "clients": "client slots per replica (system.clients)",
     "replicas": "model instances (system.instances)",
     "kv_capacity": "KV capacity in tokens (system.kv_capacity)",
@@ -115,10 +118,12 @@ PARAMETERS: dict[str, str] = {
     "max_prefill_tokens": "prefill budget of one iteration (system.max_prefill_tokens)",
 }
 SOLVE_OPTIONS = ("formulation", "bins", "time_model", "literal", "cuts", "workers")
-NUMERIC_PARAMETERS = ("time_limit_s", "seed", "count", "rate_per_s", "rate_scale", "clients",
+NUMERIC_PARAMETERS = ("time_limit_s", "seed", "count", "rate_per_s", "rate_scale", "slo_scale",
+                      "clients",
                       "replicas", "kv_capacity", "max_batch_tokens", "max_prefill_tokens", "bins")
 INTEGER_PARAMETERS = frozenset(name for name in NUMERIC_PARAMETERS
-                               if name not in ("time_limit_s", "rate_per_s", "rate_scale"))
+                               if name not in ("time_limit_s", "rate_per_s", "rate_scale",
+                                               "slo_scale"))
 
 Grid = create_model(  # type: ignore[call-overload]
     "Grid", __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
@@ -131,7 +136,7 @@ REPLAY_METRICS = (
     "makespan_ms", "utilization", "tokens_per_s", "iterations", "evictions", "running_mean",
     "batch_size_mean", "kv_tokens_max", "ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
-    "bound_ms", "gap_to_bound")
+    "bound_ms", "gap_to_bound", *ATTAINMENT_METRICS)
 SOLVE_METRICS = ("status", "objective", "bound", "gap", "solve_runtime_s", "replay_makespan_ms")
 METRICS = REPLAY_METRICS + tuple(m for m in SOLVE_METRICS if m not in REPLAY_METRICS)
 
