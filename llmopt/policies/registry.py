@@ -40,6 +40,8 @@ class RouterInfo:
 
 PANG = "Pang et al. 2025"
 KIM = "Kim et al. 2025 (InferMax)"
+SOLA = "Hong et al. 2025 (SOLA)"
+V1 = "vLLM V1 (v0.11)"
 
 POLICIES: dict[str, PolicyInfo] = {
     p.name: p for p in [
@@ -58,6 +60,13 @@ POLICIES: dict[str, PolicyInfo] = {
                      else "section 4.6" if name.startswith("rank") else "Algorithm 1, Table 1",
                      cfg.description)
           for name, cfg in SCHEDULERS.items()],
+        # issue 15's baselines are in SCHEDULERS too; these entries (later in the list) give
+        # them their own paper and place
+        *[PolicyInfo(name, "infermax", SOLA, "section 6.1", cfg.description)
+          for name, cfg in SCHEDULERS.items() if cfg.source == "sola"],
+        *[PolicyInfo(name, "infermax", V1, "vllm/v1/core/sched/scheduler.py, schedule()",
+                     cfg.description)
+          for name, cfg in SCHEDULERS.items() if cfg.source == "vllm-v1"],
         PolicyInfo("plan", "any", "llmopt", "solution files",
                    "a solver's plan followed exactly (--plan SOLUTION): PD stages or "
                    "InferMax batches"),
@@ -84,6 +93,10 @@ DEFAULT_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
                     "compare": ("baseline", "offline", "online", "iteration", "hybrid")},
     "infermax": {"replay": tuple(SCHEDULERS), "compare": tuple(SCHEDULERS)},
 }
+# the issue 15 baselines run when named, not by default: the defaults stay InferMax's schedulers
+DEFAULT_POLICIES["infermax"] = {
+    command: tuple(p for p in names if SCHEDULERS[p].source == "infermax")
+    for command, names in DEFAULT_POLICIES["infermax"].items()}
 
 
 def policy_names(family: str | None = None) -> list[str]:

@@ -1,7 +1,8 @@
 """The InferMax schedulers (Kim et al. 2025) deployed on a cluster: one
 :class:`~llmopt.policies.infermax.unified.UnifiedScheduler` per replica, requests dealt
 round-robin in arrival order unless another router is given; and plans of batches (the CSP's)
-followed exactly."""
+followed exactly. The configurations of ``SCHEDULERS`` whose ``engine`` is vLLM V1 deploy
+:class:`~llmopt.policies.slo.vllm_v1.VllmV1` instead."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from llmopt.data.instance import Instance
 from llmopt.errors import SolutionFileError
-from llmopt.policies.base import Router
+from llmopt.policies.base import IterationPolicy, Router
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.infermax.planned import PlannedBatches
 from llmopt.policies.infermax.unified import UnifiedScheduler
@@ -20,9 +21,15 @@ from llmopt.sim.cluster import Deployment
 
 def deploy(instance: Instance, name: str, *, router: Router | None = None) -> Deployment:
     config = SCHEDULERS[name]
-    return Deployment(name, [UnifiedScheduler(config)
-                             for _ in range(instance.system.instances)],
-                      router or RoundRobin())
+    policies: list[IterationPolicy]
+    if config.engine == "unified":
+        policies = [UnifiedScheduler(config) for _ in range(instance.system.instances)]
+    else:  # vLLM V1 (llmopt.policies.slo, which imports this package's unified module)
+        from llmopt.policies.slo.vllm_v1 import VllmV1
+
+        policies = [VllmV1(name, priority=config.engine == "vllm-v1-priority")
+                    for _ in range(instance.system.instances)]
+    return Deployment(name, policies, router or RoundRobin())
 
 
 def deploy_plan(instance: Instance, plan: Mapping[str, Any], name: str = "plan") -> Deployment:

@@ -9,11 +9,21 @@ needs one new KV unless reserved; when KVs are short the lowest-priority running
 the batch is evicted (the candidate itself when none is lower). Prefill and refill candidates
 take min(remaining, P left, C left) tokens with chunked prefill, else their whole remaining
 prompt must fit; without hybrid batching a candidate in the other phase is skipped.
+
+A batch takes at most C tokens, or the configuration's ``token_budget`` when smaller (vLLM's
+``max_num_batched_tokens`` with chunked prefill, decodes included: ``vllm-s``). The waiting
+queue of the ``vllm`` and ``sarathi`` groups is the replica's, sorted by the priority keys
+(arrival, or the true output length for ``sjf``), whose head is admitted first; for
+``sjf-predicted`` the head is the waiting request of smallest predicted output (ties by
+arrival), found in one arrival-ordered heap per power-of-two input bucket (the prediction is
+the bucket's median output so far, so one bucket's requests share it), or, before any request
+has finished, in one heap ordered by input length. The whole queue is searched, not a window.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 
 import numpy as np
@@ -23,11 +33,34 @@ from llmopt.errors import InstanceError
 from llmopt.policies.base import IterationPolicy, Steady
 from llmopt.policies.infermax.configs import SchedulerConfig
 from llmopt.sim.batch import Batch
-from llmopt.sim.replica import RUNNING, Replica
+from llmopt.sim.replica import RUNNING, WAITING, Replica
 
 RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
 UNTIL_ARRIVAL = Steady(math.inf, until_arrival=True)
 BLOCKED = Steady(math.inf, until_arrival=False)
+
+
+def check_continuous(instance: Instance, replica: Replica, *,
+                     unlimited_memory: bool = False) -> None:
+    """What every continuous-batching policy needs: an infermax profile, C, M (unless the
+    memory is unlimited), and room in M for every request's I + O − 1 KVs."""
+    label = instance.label()
+    if instance.profile.family != "infermax":
+        raise InstanceError("continuous-batching replay needs an infermax profile",
+                            file=label, field="model", value=instance.profile.name)
+    if math.inf == replica.C:
+        raise InstanceError("continuous batching needs C, the tokens per batch",
+                            file=label, field="system.max_batch_tokens")
+    if replica.kv_limit is None and not unlimited_memory:
+        raise InstanceError("continuous batching needs M, the KV capacity", file=label,
+                            field="system.kv_capacity")
+    need = instance.input_tokens + instance.output_tokens - 1
+    too_big = np.flatnonzero(need > replica.M)
+    if len(too_big):
+        i = int(too_big[0])
+        raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens, "
+                            "more than the cache", file=label, field="system.kv_capacity",
+                            value=replica.M)
 
 
 class UnifiedScheduler(IterationPolicy):
@@ -38,30 +71,24 @@ class UnifiedScheduler(IterationPolicy):
         self.tracks_decode_ranks = config.groups == "rank"
         self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
         self.P: float = 0
+        self.C: float = 0  # the batch token budget: C, or the configuration's when smaller
+        self.predicted = config.waiting_order == "predicted-output"
+        # sjf-predicted: waiting ranks by input length (before any finish) and per input bucket
+        self._by_input: list[tuple[int, int]] = []
+        self._buckets: dict[int, list[int]] = {}
+        self._bucket_outputs: dict[int, list[int]] = {}  # sorted outputs finished, per bucket
+        self._outputs: list[int] = []  # every output finished, sorted
 
     # ------------------------------------------------------------------ setup
 
     def check(self, instance: Instance, replica: Replica) -> None:
+        check_continuous(instance, replica, unlimited_memory=self.cfg.unlimited_memory)
         label = instance.label()
-        if instance.profile.family != "infermax":
-            raise InstanceError("continuous-batching replay needs an infermax profile",
-                                file=label, field="model", value=instance.profile.name)
-        if math.inf == replica.C:
-            raise InstanceError("continuous batching needs C, the tokens per batch",
-                                file=label, field="system.max_batch_tokens")
-        if replica.kv_limit is None and not self.cfg.unlimited_memory:
-            raise InstanceError("continuous batching needs M, the KV capacity", file=label,
-                                field="system.kv_capacity")
         system_p = replica.P_system if replica.P_system != math.inf else None
         P = self.cfg.prefill_budget or system_p or replica.C
-        self.P = min(P, replica.C)
+        self.C = min(self.cfg.token_budget or replica.C, replica.C)
+        self.P = min(P, self.C)
         need = instance.input_tokens + instance.output_tokens - 1
-        too_big = np.flatnonzero(need > replica.M)
-        if len(too_big):
-            i = int(too_big[0])
-            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens, "
-                                "more than the cache", file=label, field="system.kv_capacity",
-                                value=replica.M)
         if not self.cfg.chunked:
             too_long = np.flatnonzero(need > min(self.P, replica.C))
             if len(too_long):
@@ -76,6 +103,8 @@ class UnifiedScheduler(IterationPolicy):
         if self.cfg.groups == "rank" and self.cfg.rank_key == "input":
             return instance.input_tokens.astype(float)
         if self.cfg.groups == "rank" and self.cfg.rank_key == "output":
+            return instance.output_tokens.astype(float)
+        if self.cfg.waiting_order == "output":
             return instance.output_tokens.astype(float)
         return instance.arrival_ms
 
@@ -92,11 +121,60 @@ class UnifiedScheduler(IterationPolicy):
     def finished(self, r: Replica, i: int) -> None:
         if self.cfg.histogram_quantile is not None:
             bisect.insort(self.outputs_seen, r.O[i])
+        if self.predicted:
+            bisect.insort(self._bucket_outputs.setdefault(r.I[i].bit_length(), []), r.O[i])
+            bisect.insort(self._outputs, r.O[i])
+
+    def arrived(self, r: Replica, i: int) -> None:
+        if self.predicted:
+            self._queue_predicted(r, i)
+
+    # ------------------------------------------------------------------ waiting head
+
+    def _head(self, r: Replica) -> int:
+        """The waiting request admitted next (the replica's waiting queue is not empty)."""
+        if self.predicted:
+            return self._predicted_head(r)
+        return r.by_rank[r.waiting[0]]
+
+    def _queue_predicted(self, r: Replica, i: int) -> None:
+        rank = r.rank_of[i]
+        if not self._outputs:
+            heapq.heappush(self._by_input, (r.I[i], rank))
+        heapq.heappush(self._buckets.setdefault(r.I[i].bit_length(), []), rank)
+
+    def predicted_output(self, bucket: int) -> float:
+        """sjf-predicted's output length of a request in input bucket ``bucket`` once a
+        request has finished: the median output of the bucket's finished requests, else of
+        all finished ones."""
+        seen = self._bucket_outputs.get(bucket) or self._outputs  # sorted
+        n = len(seen)
+        return seen[n // 2] if n % 2 else (seen[n // 2 - 1] + seen[n // 2]) / 2
+
+    def _predicted_head(self, r: Replica) -> int:
+        """The waiting request of smallest predicted output, ties by arrival (stale heap
+        entries, of requests no longer waiting, are dropped on the way)."""
+        status, req = r.status, r.by_rank
+        if not self._outputs:  # nothing finished: the prediction is the input length
+            h = self._by_input
+            while status[req[h[0][1]]] != WAITING:
+                heapq.heappop(h)
+            return req[h[0][1]]
+        best: tuple[float, int] | None = None
+        for bucket, heap in self._buckets.items():
+            while heap and status[req[heap[0]]] != WAITING:
+                heapq.heappop(heap)
+            if heap:
+                key = (self.predicted_output(bucket), heap[0])
+                if best is None or key < best:
+                    best = key
+        assert best is not None, "a waiting request outside the predictor's heaps"
+        return req[best[1]]
 
     # ------------------------------------------------------------------ GETNEXTBATCH
 
     def next_batch(self, r: Replica) -> Batch | None:
-        b = Batch(r.M - r._held(), r.C, self.P)
+        b = Batch(r.M - r._held(), self.C, self.P)
         groups = self.cfg.groups
         if groups == "vllm":
             self._admit_waiting(r, b)
@@ -106,6 +184,9 @@ class UnifiedScheduler(IterationPolicy):
             self._admit_waiting(r, b)
         else:
             self._rank_batch(r, b)
+        if self.predicted:
+            for i in r.just_evicted:  # back in the waiting queue
+                self._queue_predicted(r, i)
         return b if b.chunks or b.n_dec else None
 
     def steady(self, r: Replica, b: Batch) -> Steady | None:
@@ -115,19 +196,22 @@ class UnifiedScheduler(IterationPolicy):
         head whose reservation does not fit (FCFS: arrivals queue behind it, and free KVs only
         shrink) block admissions. A ranked batch that admitted none of its waiting candidates
         admits none of them later either (free KVs only shrink); only an arrival could
-        enter."""
+        enter. When the waiting order is not FCFS (``sjf``, ``sjf-predicted``) an arrival may
+        take the head's place, so a head that does not fit blocks only until the next arrival
+        (the predictions move only when a request finishes, which ends the run)."""
         cfg = self.cfg
         if cfg.hybrid and r.prefilling:
             return None
-        blocked = r.n_running >= r.J or (cfg.groups == "sarathi" and not cfg.hybrid)
-        if not blocked and r.waiting and cfg.groups != "rank":
-            head = r.by_rank[r.waiting[0]]
+        if r.n_running >= r.J or (cfg.groups == "sarathi" and not cfg.hybrid):
+            return BLOCKED
+        if r.waiting and cfg.groups != "rank":
+            head = self._head(r)
             needs = r.stream.needs()
             free = r.M - r._held()
             if self.reservation(r, head) <= free - (needs if cfg.groups == "sarathi" else 0):
                 return None
-            blocked = True
-        return BLOCKED if blocked else UNTIL_ARRIVAL
+            return BLOCKED if cfg.waiting_order == "arrival" else UNTIL_ARRIVAL
+        return UNTIL_ARRIVAL
 
     def _chunk(self, r: Replica, i: int, b: Batch) -> int:
         """The chunk request i processes given the batch's prefill and token budgets left (0:
@@ -145,7 +229,7 @@ class UnifiedScheduler(IterationPolicy):
         while r.waiting and r.n_running < r.J:
             if not self.cfg.hybrid and b.phase == "decode":
                 break
-            i = r.by_rank[r.waiting[0]]
+            i = self._head(r)
             c = self._chunk(r, i, b) if i not in r.just_evicted else 0
             need = self.reservation(r, i)
             if c == 0 or need > b.free:
@@ -154,7 +238,10 @@ class UnifiedScheduler(IterationPolicy):
             r.admit(i, c, need, b)
 
     def _running_order(self, r: Replica) -> list[int]:
-        """Running requests from highest to lowest priority."""
+        """Running requests from highest to lowest priority (for ``vllm`` groups whose waiting
+        order is not FCFS, vLLM's running order still is: by arrival)."""
+        if self.cfg.groups == "vllm" and self.cfg.waiting_order != "arrival":
+            return sorted(r.running(), key=lambda i: (r.arr[i], i))
         if self.cfg.groups == "sarathi":
             dec = [*r.stream.members, *r.idle]
             if self.cfg.long_first:
