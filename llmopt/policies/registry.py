@@ -67,6 +67,9 @@ POLICIES: dict[str, PolicyInfo] = {
         *[PolicyInfo(name, "infermax", V1, "vllm/v1/core/sched/scheduler.py, schedule()",
                      cfg.description)
           for name, cfg in SCHEDULERS.items() if cfg.source == "vllm-v1"],
+        PolicyInfo("sola", "infermax", SOLA, "sections 4 and 5, Algorithm 1, Table 2, eqs 1–5",
+                   "state-aware: TTFT or TPOT optimized subject to the other per iteration, "
+                   "deadline-ordered prefills, peak-memory-aware admission (needs SLOs)"),
         PolicyInfo("plan", "any", "llmopt", "solution files",
                    "a solver's plan followed exactly (--plan SOLUTION): PD stages or "
                    "InferMax batches"),

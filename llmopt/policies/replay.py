@@ -40,6 +40,8 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
             raise OptionError("a plan of batches fixes its replica; no router applies",
                               field="--router", value=router)
         return load("llmopt.policies.infermax:deploy_plan")(instance, plan)
+    if policy == "sola" or (policy in SCHEDULERS and SCHEDULERS[policy].engine != "unified"):
+        return load("llmopt.policies.slo:deploy")(instance, policy, router=chosen)
     if policy in SCHEDULERS:
         return load("llmopt.policies.infermax:deploy")(instance, policy, router=chosen)
     # the Pang policies need the bin packing (Pyomo, OR-Tools): loaded when used

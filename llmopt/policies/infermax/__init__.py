@@ -1,8 +1,8 @@
 """The InferMax schedulers (Kim et al. 2025) deployed on a cluster: one
 :class:`~llmopt.policies.infermax.unified.UnifiedScheduler` per replica, requests dealt
 round-robin in arrival order unless another router is given; and plans of batches (the CSP's)
-followed exactly. The configurations of ``SCHEDULERS`` whose ``engine`` is vLLM V1 deploy
-:class:`~llmopt.policies.slo.vllm_v1.VllmV1` instead."""
+followed exactly. The configurations of ``SCHEDULERS`` whose ``engine`` is vLLM V1 deploy from
+``llmopt.policies.slo``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import SolutionFileError
-from llmopt.policies.base import IterationPolicy, Router
+from llmopt.errors import InternalError, SolutionFileError
+from llmopt.policies.base import Router
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.infermax.planned import PlannedBatches
 from llmopt.policies.infermax.unified import UnifiedScheduler
@@ -20,16 +20,13 @@ from llmopt.sim.cluster import Deployment
 
 
 def deploy(instance: Instance, name: str, *, router: Router | None = None) -> Deployment:
+    """The unified scheduler of configuration ``name`` on every replica (the configurations
+    of another engine, vLLM V1's, deploy from ``llmopt.policies.slo``)."""
     config = SCHEDULERS[name]
-    policies: list[IterationPolicy]
-    if config.engine == "unified":
-        policies = [UnifiedScheduler(config) for _ in range(instance.system.instances)]
-    else:  # vLLM V1 (llmopt.policies.slo, which imports this package's unified module)
-        from llmopt.policies.slo.vllm_v1 import VllmV1
-
-        policies = [VllmV1(name, priority=config.engine == "vllm-v1-priority")
-                    for _ in range(instance.system.instances)]
-    return Deployment(name, policies, router or RoundRobin())
+    if config.engine != "unified":
+        raise InternalError(f"{name} is not a configuration of the unified scheduler")
+    return Deployment(name, [UnifiedScheduler(config) for _ in range(instance.system.instances)],
+                      router or RoundRobin())
 
 
 def deploy_plan(instance: Instance, plan: Mapping[str, Any], name: str = "plan") -> Deployment:

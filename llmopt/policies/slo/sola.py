@@ -1,0 +1,601 @@
+"""SOLA: state-aware scheduling for SLO attainment (Hong et al. 2025, MLSys, section 4 and 5).
+
+At every iteration SOLA reads the state of the requests and of the system, chooses which SLO to
+optimize and which to hold as a constraint (Table 2), orders the requests (hierarchical
+prioritization, section 4.4.2) and sizes the iteration's workload (eqs 1 and 2, section 4.4.3);
+Algorithm 1 then forms the batch with peak-memory-aware admission (section 5.1).
+
+State monitor (section 4.3), at the start of iteration i (``now``, ms):
+
+- real-time TTFT of request r: ``t_TTFT = (first token or now) − arrival``; real-time TPOT of a
+  request that has generated ``l_out ≥ 2`` tokens: ``t_TPOT = (now − first token) / (l_out − 1)``
+  (0 before its second token);
+- ``p_TTFT = max_r t_TTFT / T_TTFT`` over the requests in the system (waiting or running) and
+  ``p_TPOT = max_r t_TPOT / T_TPOT`` over those decoding; with per-request targets the ratio is
+  taken per request (the paper has one target per run: the same thing then);
+- the output-length distribution D_i: the outputs of finished requests, by input-length range
+  (powers of two). The paper also splits by the requests' maximum output length, which llmopt's
+  requests do not carry. The predicted remaining length ``l_left`` of a request that has generated
+  ``l_out`` tokens is the median of the outputs in its range longer than ``l_out``, minus ``l_out``
+  (all ranges when its own has none; PRIOR_OUTPUT_TOKENS in total before anything finished:
+  a choice, the paper does not say);
+- the KV memory ratio ``m_ratio``.
+
+Strategy (section 4.4.1, Table 2). Using the means of p_TTFT and p_TPOT over the last
+WINDOW_ITERATIONS iterations (the sliding window of section 4.4.2; its length is not given, 8 is
+our choice): when p_TPOT > p_TTFT SOLA optimizes TPOT subject to TTFT, else TTFT subject to TPOT.
+When both exceed 1 the constraint is loosened: the SLO that more requests meet (a% of them)
+becomes the constraint and every maximum over requests in eqs 1 and 2 becomes the a%-level
+maximum (the a%-quantile), so that the constrained problem is feasible again (Fig. 5).
+
+Hierarchical prioritization (F_i): the phase optimized goes first (prefills for TTFT, decodes for
+TPOT). Prefill requests (waiting, or running in a chunked prefill) are ordered by descending
+predicted TTFT ``t_TTFT + C^p(r)`` relative to their target; decodes by descending predicted TPOT
+``(t_TPOT · l_out + C^d(Q_{i−1}) · l_left) / (l_out + l_left)`` relative to theirs. Requests
+evicted earlier (refills) come first among the prefills: their TTFT is settled and their decodes
+wait on them (our choice; SOLA avoids preemption, section 4.1.2, so the paper has no rule).
+
+Workload (section 4.4.3):
+
+- TTFT subject to TPOT (eq 1): the prefill part may cost at most
+  ``min_r (T_TPOT − t_TPOT) · l_out`` over the decoding requests with t_TPOT > 0; k_i is the largest
+  multiple of TILE_TOKENS (128, the A100 tile) whose prefill chunks, taken in priority order, cost
+  no more (at least one tile, so that prefills always progress: our choice). When every prefill fits
+  the decodes are added one by one up to k_i tokens (k_i is then the batch budget C).
+- TPOT subject to TTFT (eq 2): every decode first; then prefills in priority order, as few as
+  needed for every other waiting request r to keep ``t_TTFT + C^p(Q_run) + C^d(Q_run) + C^p(r) <=
+  T_TTFT`` (n_i, the minimum number satisfying eq 2), each with as many prompt tokens as the batch
+  budget C leaves.
+
+Cost model (section 5.2, eqs 3 and 4): ``C^p = a0 Σ l_has·l_in + b0 Σ l_in² + c0 Σ l_in + d0``
+and ``C^d = a1 Σ 1 + b1 Σ l_has + c1``, fitted by least squares to the instance's profile at
+start (the paper fits them to offline profiling), scaled by γ_i (eq 5, the paper's last equation,
+numbered 4 in the issue) after every iteration: ``γ_i = α t / C_0 + (1 − α) γ_{i−1}`` with t the
+iteration's time, C_0 its unscaled prediction (C^p + C^d for a mixed one) and α = ALPHA.
+
+Peak-memory-aware admission (section 5.1, after LightLLM): a waiting request is admitted only if
+the predicted peak KV use of the running requests and it (each growing by one KV per token until
+its predicted end, then freeing everything) stays within M. The test is skipped when even the
+sum of every request's predicted final size fits (the paper's "memory threshold", section 6.4).
+When KVs still run short (a prediction was too low), the running decodes of lowest priority that
+are not in the batch are preempted (recompute), as vLLM does: SOLA itself excludes preemption.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmopt.data.instance import Instance
+from llmopt.errors import InstanceError
+from llmopt.policies.base import IterationPolicy, Steady
+from llmopt.sim.batch import Batch
+from llmopt.sim.replica import RUNNING, Replica
+
+TILE_TOKENS = 128
+WINDOW_ITERATIONS = 8
+ALPHA = 0.5
+PRIOR_OUTPUT_TOKENS = 256
+MEMORY_REJECTIONS = 4  # candidates refused by the peak-memory test before the scan stops
+CANDIDATE_WINDOW = 32  # waiting requests SOLA reads per iteration (earliest TTFT deadline first)
+MAX_DEADLINE_MS = 1e15  # the deadline of a request without a TTFT target
+UNTIL_ARRIVAL = Steady(math.inf, until_arrival=True)
+
+
+@dataclass
+class SolaCostModel:
+    """Eqs 3 and 4 of section 5.2 with the scaling ratio γ of eq 5."""
+
+    prefill: tuple[float, float, float, float]  # a0 (Σ m·c), b0 (Σ c²), c0 (Σ c), d0
+    decode: tuple[float, float, float]  # a1 (requests), b1 (Σ KVs read), c1
+    gamma: float = 1.0
+
+    @classmethod
+    def fit(cls, profile: object, max_tokens: int) -> SolaCostModel:
+        """Least squares on batches timed by the profile's ``iteration_ms``: prefill batches of
+        1–4 chunks of 16..max_tokens tokens after 0..8K cached ones, and decode batches of
+        1..512 requests reading up to 512K KVs."""
+        rng = np.random.default_rng(0)
+        time = profile.iteration_ms  # type: ignore[attr-defined]
+        rows, ys = [], []
+        for _ in range(400):
+            n = int(rng.integers(1, 5))
+            c = rng.integers(16, max(max_tokens // n, 17), n)
+            m = rng.choice([0, 0, 512, 2048, 8192], n)
+            rows.append([float((m * c).sum()), float((c * c).sum()), float(c.sum()), 1.0])
+            ys.append(time(int(c.sum()), 0, 0.0, float((c * c + 2 * m * c).sum()), n))
+        prefill = np.linalg.lstsq(np.array(rows), np.array(ys), rcond=None)[0]
+        rows, ys = [], []
+        for _ in range(400):
+            n = int(rng.integers(1, 513))
+            kv = float(n * rng.integers(1, 1025))
+            rows.append([float(n), kv, 1.0])
+            ys.append(time(0, n, kv, 0.0, 0))
+        decode = np.linalg.lstsq(np.array(rows), np.array(ys), rcond=None)[0]
+        return cls(tuple(float(x) for x in prefill),  # type: ignore[arg-type]
+                   tuple(float(x) for x in decode))  # type: ignore[arg-type]
+
+    def prefill_ms0(self, mc: float, cc: float, c: float) -> float:
+        """Unscaled C^p of chunks with Σ m·c = ``mc``, Σ c² = ``cc``, Σ c = ``c`` (0 if none)."""
+        if c <= 0:
+            return 0.0
+        a0, b0, c0, d0 = self.prefill
+        return a0 * mc + b0 * cc + c0 * c + d0
+
+    def decode_ms0(self, n: int, kv: float) -> float:
+        if n <= 0:
+            return 0.0
+        a1, b1, c1 = self.decode
+        return a1 * n + b1 * kv + c1
+
+    def observe(self, actual_ms: float, predicted0_ms: float) -> None:
+        """Eq 5: γ_i = α · t / C_0 + (1 − α) · γ_{i−1}."""
+        if predicted0_ms > 0 and actual_ms > 0:
+            self.gamma = ALPHA * actual_ms / predicted0_ms + (1 - ALPHA) * self.gamma
+
+
+class LengthDistribution:
+    """D_i of section 4.3: finished outputs by input-length range (powers of two)."""
+
+    def __init__(self) -> None:
+        self.by_range: dict[int, list[int]] = {}
+        self.all: list[int] = []
+
+    def add(self, input_tokens: int, output_tokens: int) -> None:
+        bisect.insort(self.by_range.setdefault(input_tokens.bit_length(), []), output_tokens)
+        bisect.insort(self.all, output_tokens)
+
+    def predicted_total(self, input_tokens: int, generated: int) -> int:
+        """The median output among those longer than ``generated`` (see the module doc)."""
+        for seen in (self.by_range.get(input_tokens.bit_length()), self.all):
+            if seen:
+                at = bisect.bisect_right(seen, generated)
+                if at < len(seen):
+                    return seen[(at + len(seen) - 1) // 2]
+        return max(PRIOR_OUTPUT_TOKENS, generated + 1)
+
+    def longest_left(self) -> int:
+        """No prediction leaves more tokens to generate than this."""
+        return max(PRIOR_OUTPUT_TOKENS, self.all[-1] if self.all else 0)
+
+
+def quantile_level(ratios: list[float], level: float) -> float:
+    """The ``level``-quantile (a%-level maximum) of ``ratios`` (the maximum at level 1)."""
+    if not ratios:
+        return 0.0
+    ordered = sorted(ratios)
+    k = max(math.ceil(level * len(ordered)) - 1, 0)
+    return ordered[min(k, len(ordered) - 1)]
+
+
+class Sola(IterationPolicy):
+    """See the module doc."""
+
+    name = "sola"
+
+    def __init__(self) -> None:
+        self.cost: SolaCostModel | None = None
+        self.lengths = LengthDistribution()
+        self.window: deque[tuple[float, float]] = deque(maxlen=WINDOW_ITERATIONS)
+        self.ttft_target: list[float] = []
+        self.tpot_target: list[float] = []
+        self.first_ms: list[float] = []
+        self.deadlines: list[float] = []
+        self.version = 0  # counts starts, finishes and preemptions (the peak cache's key)
+        self.peak_cache: tuple[int, list[tuple[int, int]]] | None = None
+        self.last_prediction0 = 0.0
+        self.last_decode_ms = 0.0
+        self.last_start = -1.0
+        self.mode = "ttft"
+        self.level = 1.0  # a of the a%-level maximum (1: the plain maximum)
+        self.predictions = 0
+        self.abs_error_sum = 0.0
+
+    # ------------------------------------------------------------------ setup
+
+    def check(self, instance: Instance, replica: Replica) -> None:
+        label = instance.label()
+        if instance.profile.family != "infermax":
+            raise InstanceError("sola needs an infermax profile (continuous batching)",
+                                file=label, field="model", value=instance.profile.name)
+        if math.inf == replica.C:
+            raise InstanceError("sola needs C, the tokens per batch", file=label,
+                                field="system.max_batch_tokens")
+        if replica.kv_limit is None:
+            raise InstanceError("sola needs M, the KV capacity", file=label,
+                                field="system.kv_capacity")
+        ttft, tpot = instance.slo_targets("ttft_slo_ms"), instance.slo_targets("tpot_slo_ms")
+        if np.isnan(ttft).all() or np.isnan(tpot).all():
+            raise InstanceError("sola schedules by TTFT and TPOT targets: give both (slo: "
+                                "{ttft_ms, tpot_ms} or slo.multiple)", file=label, field="slo")
+        need = instance.input_tokens + instance.output_tokens - 1
+        too_big = np.flatnonzero(need > replica.M)
+        if len(too_big):
+            i = int(too_big[0])
+            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens, "
+                                "more than the cache", file=label, field="system.kv_capacity",
+                                value=replica.M)
+        self.ttft_target = np.where(np.isnan(ttft), math.inf, ttft).tolist()
+        self.tpot_target = np.where(np.isnan(tpot), math.inf, tpot).tolist()
+
+    def priority_keys(self, instance: Instance) -> np.ndarray:
+        """Waiting requests in order of TTFT deadline (arrival + target): the window SOLA
+        reads each iteration holds the most urgent (the oldest, when targets are equal)."""
+        ttft = instance.slo_targets("ttft_slo_ms")
+        return instance.arrival_ms + np.where(np.isnan(ttft), MAX_DEADLINE_MS, ttft)
+
+    def attach(self, replica: Replica) -> None:
+        self.cost = SolaCostModel.fit(replica.profile, int(replica.C))
+        self.first_ms = replica.state.first_ms
+        deadlines = self.priority_keys(replica.instance)
+        self.deadlines = [float(deadlines[i]) for i in replica.by_rank]  # by rank: sorted
+
+    def finished(self, replica: Replica, i: int) -> None:
+        self.lengths.add(replica.I[i], replica.O[i])
+        self.version += 1
+
+    # ------------------------------------------------------------------ state
+
+    def _generated(self, r: Replica, i: int) -> int:
+        stream = r.stream
+        if i in stream.members:
+            return r.gen[i] + stream.G - stream.base[i]
+        return r.gen[i]
+
+    def predicted_left(self, r: Replica, i: int) -> int:
+        """l_left of request i (section 4.3)."""
+        g = self._generated(r, i)
+        return max(self.lengths.predicted_total(r.I[i], g) - g, 0)
+
+    def _observe_last(self, r: Replica) -> None:
+        """γ update (eq 5) from the iteration that just ran, when SOLA formed it."""
+        if self.last_start >= 0 and r.last_start == self.last_start:
+            actual = r.t - r.last_start
+            assert self.cost is not None
+            if self.last_prediction0 > 0:
+                predicted = self.cost.gamma * self.last_prediction0
+                self.predictions += 1
+                self.abs_error_sum += abs(predicted - actual) / actual if actual > 0 else 0.0
+            self.cost.observe(actual, self.last_prediction0)
+        self.last_start = -1.0
+
+    def _choose_strategy(self, ttft_ratios: list[float], tpot_ratios: list[float],
+                         ttft_late_beyond: tuple[int, int]) -> None:
+        """Table 2 on the windowed p_TTFT, p_TPOT; the a%-level loosening when both fail.
+        ``ttft_late_beyond``: (late, all) waiting requests outside the ratios given."""
+        p_ttft = max(ttft_ratios, default=0.0)
+        p_tpot = max(tpot_ratios, default=0.0)
+        self.window.append((p_ttft, p_tpot))
+        w_ttft = sum(p for p, _ in self.window) / len(self.window)
+        w_tpot = sum(p for _, p in self.window) / len(self.window)
+        self.level = 1.0
+        if w_ttft > 1 and w_tpot > 1:
+            late, beyond = ttft_late_beyond
+            met_ttft = ((_share_met(ttft_ratios) * len(ttft_ratios) + beyond - late)
+                        / max(len(ttft_ratios) + beyond, 1))
+            met_tpot = _share_met(tpot_ratios)
+            # the better-met SLO is the constraint, at its a%-level
+            if met_ttft >= met_tpot:
+                self.mode, self.level = "tpot", max(met_ttft, 1e-9)
+            else:
+                self.mode, self.level = "ttft", max(met_tpot, 1e-9)
+        else:
+            self.mode = "tpot" if w_tpot > w_ttft else "ttft"
+
+    # ------------------------------------------------------------------ Algorithm 1
+
+    def next_batch(self, r: Replica) -> Batch | None:
+        assert self.cost is not None
+        self._observe_last(r)
+        if not r.waiting and not r.prefilling:
+            return self._decodes_only(r)
+        now = r.t
+        arr, first = r.arr, self.first_ms
+        ttft_t, tpot_t = self.ttft_target, self.tpot_target
+        by_rank = r.by_rank
+        waiting = [by_rank[k] for k in r.waiting[:CANDIDATE_WINDOW]]
+        prefilling = list(r.prefilling)
+        decoders = [*r.stream.members, *r.idle]
+        # state monitor: real-time TTFT of the most urgent waiting requests and of the running
+        # ones, TPOT of those decoding
+        ttft_ratio: dict[int, float] = {}
+        for i in (*waiting, *prefilling, *decoders):
+            f = first[i]
+            ttft_ratio[i] = ((now if math.isnan(f) else f) - arr[i]) / ttft_t[i]
+        gen = {i: self._generated(r, i) for i in decoders}
+        tpot_now: dict[int, float] = {}
+        for i in decoders:
+            g = gen[i]
+            tpot_now[i] = (now - first[i]) / (g - 1) if g >= 2 else 0.0
+        tpot_ratio = [tpot_now[i] / tpot_t[i] for i in decoders if tpot_now[i] > 0]
+        # the waiting requests beyond the window: how many are past their TTFT target
+        late_beyond = (bisect.bisect_left(r.waiting, bisect.bisect_left(self.deadlines, now))
+                       - sum(1 for i in waiting if ttft_ratio[i] > 1))
+        beyond = len(r.waiting) - len(waiting)
+        self._choose_strategy(list(ttft_ratio.values()), tpot_ratio,
+                              (max(late_beyond, 0), beyond))
+
+        b = Batch(r.M - r._held(), r.C, r.C)
+        candidates = self._prefill_order(r, waiting, prefilling, ttft_ratio)
+        if self.mode == "ttft":
+            budget = self._tpot_budget(decoders, gen, tpot_now)
+            k_i = self._add_prefills_within(r, b, candidates, budget)
+            self._add_decodes(r, b, decoders, gen, tpot_now, limit=k_i - (r.C - b.tokens))
+        else:
+            self._add_decodes(r, b, decoders, gen, tpot_now, limit=math.inf)
+            self._add_prefills_for_ttft(r, b, candidates, now)
+        if b.empty:
+            return None
+        self._remember_prediction(r, b)
+        return b
+
+    def _decodes_only(self, r: Replica) -> Batch | None:
+        """Nothing waits or is in a prefill: every decode runs (eq 1 leaves k_i = C, eq 2
+        admits nothing), and the state is left as it is, so that a run of such iterations
+        (``steady``) and the same iterations one by one schedule alike."""
+        decoders = [*r.stream.members, *r.idle]
+        if not decoders:
+            return None
+        b = Batch(r.M - r._held(), r.C, r.C)
+        gen = {i: self._generated(r, i) for i in decoders}
+        now = r.t
+        tpot_now = {i: (now - self.first_ms[i]) / (g - 1) if g >= 2 else 0.0
+                    for i, g in gen.items()}
+        self._add_decodes(r, b, decoders, gen, tpot_now, limit=math.inf)
+        return None if b.empty else b
+
+    def _prefill_order(self, r: Replica, waiting: list[int], prefilling: list[int],
+                       ttft_ratio: dict[int, float]) -> list[int]:
+        """Prefill requests by descending predicted TTFT over target (refills first)."""
+        assert self.cost is not None
+        cost, S, m, arr, first = self.cost, r.S, r.m, r.arr, self.first_ms
+        gamma = cost.gamma
+
+        def key(i: int) -> tuple[int, float]:
+            rest = S[i] - m[i]
+            predicted = gamma * cost.prefill_ms0(m[i] * rest, rest * rest, rest)
+            if r.gen[i] >= 1:  # a refill
+                return (0, -(first[i] - arr[i]))
+            return (1, -(ttft_ratio[i] + predicted / self.ttft_target[i]))
+
+        return sorted([*prefilling, *waiting], key=key)
+
+    def _tpot_budget(self, decoders: list[int], gen: dict[int, int],
+                     tpot_now: dict[int, float]) -> float:
+        """Eq 1: the prefill cost C^p(Q_run) that keeps every decoding request within its TPOT
+        target, min_r (T_TPOT − t_TPOT) · l_out (at the a%-level when loosened)."""
+        slack = [(self.tpot_target[i] - tpot_now[i]) * gen[i] for i in decoders
+                 if tpot_now[i] > 0]
+        if not slack:
+            return math.inf
+        if self.level >= 1:
+            return min(slack)
+        return quantile_level([-s for s in slack], self.level) * -1
+
+    def _add_prefills_within(self, r: Replica, b: Batch, order: list[int],
+                             budget_ms: float) -> float:
+        """Prefill chunks in priority order while their predicted cost stays within
+        ``budget_ms`` (eq 1); returns k_i, the iteration's token limit."""
+        assert self.cost is not None
+        cost = self.cost
+        gamma = cost.gamma
+        C = int(r.C)
+        mc = cc = tokens = 0.0
+        peak = _PeakMemory(self, r)
+        for i in order:
+            left = C - tokens
+            if left <= 0:
+                return tokens
+            waiting = r.status[i] != RUNNING
+            if waiting and (r.n_running >= r.J or not peak.admits(i, b.free)):
+                continue
+            rest = r.S[i] - r.m[i]
+            c = min(rest, int(left))
+            mi = r.m[i]
+            if gamma * cost.prefill_ms0(mc + mi * c, cc + c * c, tokens + c) > budget_ms:
+                # the largest chunk ending the prefill part on a tile boundary within budget
+                top = int(tokens + c) // TILE_TOKENS * TILE_TOKENS
+                c = 0
+                for k in range(top, int(tokens), -TILE_TOKENS):
+                    part = int(k - tokens)
+                    if gamma * cost.prefill_ms0(mc + mi * part, cc + part * part,
+                                                k) <= budget_ms:
+                        c = part
+                        break
+                if c == 0 and tokens == 0:
+                    c = min(rest, TILE_TOKENS, C)  # at least one tile: prefills progress
+                if c > 0:
+                    self._take_prefill(r, b, i, c, waiting)
+                    tokens += c
+                return max(tokens, TILE_TOKENS)
+            self._take_prefill(r, b, i, c, waiting)
+            mc, cc, tokens = mc + mi * c, cc + c * c, tokens + c
+        return r.C
+
+    def _take_prefill(self, r: Replica, b: Batch, i: int, c: int, waiting: bool) -> None:
+        if waiting:
+            self.version += 1
+            r.take_waiting(i)
+            r.admit(i, c, r.S[i], b)
+        else:
+            b.add_chunk(i, c)
+
+    def _add_prefills_for_ttft(self, r: Replica, b: Batch, order: list[int],
+                               now: float) -> None:
+        """Eq 2: the fewest prefills, in priority order, after which every other waiting
+        request can still meet its TTFT target after this iteration (a%-level when
+        loosened); each with as many prompt tokens as the batch budget leaves."""
+        assert self.cost is not None
+        cost = self.cost
+        gamma = cost.gamma
+        arr, S, m = r.arr, r.S, r.m
+        peak = _PeakMemory(self, r)
+        decode_ms = gamma * cost.decode_ms0(b.n_dec, self._decode_kv(r, b))
+        own = [gamma * cost.prefill_ms0(m[i] * (S[i] - m[i]), (S[i] - m[i]) ** 2, S[i] - m[i])
+               for i in order]
+        mc = cc = tokens = 0.0
+        for pos, i in enumerate(order):
+            if b.tokens < 1:
+                return
+            if b.n_dec or tokens:  # an idle GPU helps nobody: the first prefill always runs
+                iteration_ms = gamma * cost.prefill_ms0(mc, cc, tokens) + decode_ms
+                rest = [k for k in range(pos, len(order)) if r.gen[order[k]] == 0]
+                # the remaining prefills are in descending predicted TTFT order: eq 2's
+                # (a%-level) maximum is the first (the one after the worst 1 − a) of them
+                at = int((1.0 - self.level) * len(rest))
+                if at >= len(rest):
+                    return
+                k = rest[at]
+                j = order[k]
+                if (now - arr[j] + iteration_ms + own[k]) / self.ttft_target[j] <= 1:
+                    return  # eq 2 holds: the remaining prefills wait
+            waiting = r.status[i] != RUNNING
+            if waiting and (r.n_running >= r.J or not peak.admits(i, b.free)):
+                continue
+            c = min(S[i] - m[i], int(b.tokens))
+            if c <= 0:
+                return
+            mi = m[i]
+            self._take_prefill(r, b, i, c, waiting)
+            mc, cc, tokens = mc + mi * c, cc + c * c, tokens + c
+
+    def _decode_kv(self, r: Replica, b: Batch) -> float:
+        if b.all_decodes:
+            return float(r.stream.kv() + sum(r.m[i] for i in r.idle))
+        return float(sum(r.m_of(i) for i in b.dec))
+
+    def _add_decodes(self, r: Replica, b: Batch, decoders: list[int], gen: dict[int, int],
+                     tpot_now: dict[int, float], limit: float) -> None:
+        """Decodes by descending predicted TPOT over target, up to ``limit`` of them; when
+        KVs are short, the lowest-priority running requests outside the batch are
+        preempted."""
+        if not decoders:
+            return
+        limit = min(limit, b.tokens)
+        needs = r.all_decode_needs()
+        if len(decoders) <= limit and needs <= b.free:
+            b.free -= needs
+            b.add_all_decodes(len(decoders))
+            return
+        order = self._decode_order(r, decoders, gen, tpot_now)
+        chosen = order[:max(int(limit), 0)]
+        need = {i: r.decode_needs(i) for i in chosen}
+        total = sum(need.values())
+        victims = [i for i in reversed(order) if i not in chosen]
+        victims += [i for i in r.prefilling if i not in b.members]
+        while total > b.free and (victims or chosen):
+            victim = victims.pop(0) if victims else chosen.pop()
+            if victim in need:
+                total -= need.pop(victim)
+            b.free += r.held_by(victim)
+            r.evict(victim)
+            self.version += 1
+        if chosen and total <= b.free:
+            b.free -= total
+            b.add_decodes(chosen)
+
+    def _decode_order(self, r: Replica, decoders: list[int], gen: dict[int, int],
+                      tpot_now: dict[int, float]) -> list[int]:
+        """Descending predicted TPOT ``(t_TPOT·l_out + C^d·l_left) / (l_out + l_left)`` over
+        the target."""
+        step = self.last_decode_ms
+
+        def predicted(i: int) -> float:
+            g = gen[i]
+            left = max(self.lengths.predicted_total(r.I[i], g) - g, 0)
+            return ((tpot_now[i] * g + step * left) / max(g + left, 1)) / self.tpot_target[i]
+
+        return sorted(decoders, key=lambda i: -predicted(i))
+
+    def _remember_prediction(self, r: Replica, b: Batch) -> None:
+        assert self.cost is not None
+        mc = cc = c = 0.0
+        for i, k in b.chunks:
+            mc += r.m[i] * k
+            cc += k * k
+            c += k
+        decode0 = self.cost.decode_ms0(b.n_dec, self._decode_kv(r, b))
+        self.last_prediction0 = self.cost.prefill_ms0(mc, cc, c) + decode0
+        if b.n_dec:
+            self.last_decode_ms = self.cost.gamma * decode0
+        self.last_start = r.t
+
+    def steady(self, r: Replica, b: Batch) -> Steady | None:
+        """A decode-only batch of every decoder comes back until an arrival when nothing waits
+        or is in a prefill: with no prefill, eq 1 leaves k_i = C and eq 2 admits nothing."""
+        if r.waiting or r.prefilling:
+            return None
+        return UNTIL_ARRIVAL
+
+    @property
+    def mean_abs_prediction_error(self) -> float:
+        """Mean |predicted − actual| / actual of the iteration times SOLA predicted."""
+        return self.abs_error_sum / self.predictions if self.predictions else 0.0
+
+
+def _share_met(ratios: list[float]) -> float:
+    return sum(1 for x in ratios if x <= 1) / len(ratios) if ratios else 1.0
+
+
+class _PeakMemory:
+    """Section 5.1: the predicted peak KV use of the running requests plus a candidate, each
+    growing one KV per generated token until its predicted end, then freeing all of it.
+
+    Two shortcuts keep it cheap: the check is skipped when even every request growing by the
+    longest remaining length any prediction can give fits (the paper's memory threshold, section
+    6.4), and after MEMORY_REJECTIONS candidates are refused in one iteration the rest are
+    refused without a check (our choice: the paper does not bound the scan)."""
+
+    def __init__(self, policy: Sola, r: Replica) -> None:
+        self.policy, self.r = policy, r
+        self.items: list[tuple[int, int]] | None = None  # (tokens left, KVs now)
+        self.count = r.n_running
+        self.longest_left = policy.lengths.longest_left()
+        self.rejections = 0
+
+    def _load(self) -> list[tuple[int, int]]:
+        """The running requests' (left, now). Decoding moves one KV from left to now and
+        leaves every final size, hence the peak, unchanged: the list is kept across
+        iterations until a request starts, finishes or is preempted."""
+        if self.items is None:
+            r, policy = self.r, self.policy
+            if policy.peak_cache is not None and policy.peak_cache[0] == policy.version:
+                self.items = list(policy.peak_cache[1])
+            else:
+                self.items = [(policy.predicted_left(r, i), max(r.m_of(i), r.reserve_to[i]))
+                              for i in r.running()]
+                policy.peak_cache = (policy.version, list(self.items))
+        return self.items
+
+    def admits(self, i: int, free: float) -> bool:
+        """Whether waiting request i fits now and at the predicted peak; counts it in if so."""
+        r = self.r
+        need = r.S[i]
+        if need > free or self.rejections >= MEMORY_REJECTIONS:
+            return False
+        quick = (self.count == 0
+                 or (r.M - free) + need + (self.count + 1) * self.longest_left <= r.M)
+        if quick and self.items is None:
+            self.count += 1
+            return True
+        cand = (self.policy.predicted_left(r, i), need)
+        if not quick and _peak([*self._load(), cand]) > r.M:
+            self.rejections += 1
+            return False
+        self._load().append(cand)
+        self.count += 1
+        return True
+
+def _peak(items: list[tuple[int, int]]) -> float:
+    """max over t of Σ_{left_j ≥ t} (now_j + t), checked at each t = left_k."""
+    ordered = sorted(items, key=lambda x: -x[0])
+    best = 0.0
+    held = 0
+    for count, (left, now) in enumerate(ordered, 1):
+        held += now
+        best = max(best, held + count * left)
+    return best

@@ -1,0 +1,149 @@
+"""SOLA (Hong et al. 2025): its pieces by hand, and its replays validated."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from conftest import TOY as TOY_DIR
+from llmopt.data.instance import instance_from_mapping, load_instance
+from llmopt.errors import InstanceError
+from llmopt.policies.replay import replay, replay_result
+from llmopt.policies.slo.sola import (
+    PRIOR_OUTPUT_TOKENS,
+    LengthDistribution,
+    Sola,
+    SolaCostModel,
+    _peak,
+    quantile_level,
+)
+from llmopt.validate import validate_solution
+
+PROFILE = "infermax-llama2-7b-a100"
+
+
+def slo_instance(count: int = 60, rate: float = 25.0, seed: int = 0, multiple: float = 10.0,
+                 kv: int = 12000) -> object:
+    return instance_from_mapping({
+        "name": "sola-test", "model": PROFILE,
+        "system": {"clients": 32, "kv_capacity": kv, "max_batch_tokens": 2048},
+        "requests": {"generate": {
+            "count": count, "seed": seed,
+            "input": {"dist": "lognormal", "mean": 300, "std": 300, "max": 1500},
+            "output": {"dist": "lognormal", "mean": 120, "std": 120, "max": 600},
+            "arrival": {"process": "gamma", "rate_per_s": rate, "cv": 2}}},
+        "slo": {"multiple": multiple}})
+
+
+def test_eq_4_is_fitted_exactly_and_eq_3_closely() -> None:
+    inst = slo_instance()
+    profile = inst.profile
+    model = SolaCostModel.fit(profile, 2048)
+    for n, kv in ((1, 100), (37, 20000), (300, 400000)):
+        assert model.decode_ms0(n, kv) == pytest.approx(profile.iteration_ms(0, n, kv, 0, 0),
+                                                        rel=1e-6)
+    for chunks in ([(0, 512)], [(0, 100), (2048, 300)], [(512, 64)] * 4):
+        mc = sum(m * c for m, c in chunks)
+        cc = sum(c * c for _, c in chunks)
+        c = sum(c for _, c in chunks)
+        actual = profile.iteration_ms(c, 0, 0, cc + 2 * mc, len(chunks))
+        # eq 3 has no term per prefill request: the profile's (0.02 ms each) is absorbed
+        assert model.prefill_ms0(mc, cc, c) == pytest.approx(actual, rel=0.03)
+
+
+def test_gamma_follows_eq_5() -> None:
+    model = SolaCostModel((0, 0, 0, 1.0), (0, 0, 1.0))
+    model.observe(actual_ms=2.0, predicted0_ms=1.0)
+    assert model.gamma == pytest.approx(0.5 * 2.0 + 0.5 * 1.0)
+    model.observe(actual_ms=1.0, predicted0_ms=1.0)
+    assert model.gamma == pytest.approx(0.5 * 1.0 + 0.5 * 1.5)
+
+
+def test_length_prediction_is_the_conditional_median_of_the_range() -> None:
+    d = LengthDistribution()
+    assert d.predicted_total(100, 0) == PRIOR_OUTPUT_TOKENS
+    assert d.predicted_total(100, 400) == 401
+    for out in (10, 20, 30, 40, 50):
+        d.add(100, out)  # inputs 64..127 share a range
+    d.add(1000, 500)
+    assert d.predicted_total(90, 0) == 30
+    assert d.predicted_total(90, 25) == 40  # median of 30, 40, 50
+    assert d.predicted_total(90, 45) == 50
+    # nothing longer in its range: all ranges
+    assert d.predicted_total(90, 60) == 500
+    assert d.predicted_total(5000, 0) == 30  # no range of its own: all six, lower median
+    assert d.longest_left() == 500
+
+
+def test_a_level_maximum() -> None:
+    ratios = [0.1, 0.5, 0.9, 1.5, 3.0]
+    assert quantile_level(ratios, 1.0) == 3.0
+    assert quantile_level(ratios, 0.6) == 0.9
+    assert quantile_level(ratios, 0.8) == 1.5
+    assert quantile_level([], 0.5) == 0.0
+
+
+def test_peak_memory_matches_a_step_by_step_simulation() -> None:
+    def brute(items: list[tuple[int, int]]) -> int:
+        best = 0
+        for t in range(max(left for left, _ in items) + 1):
+            best = max(best, sum(now + t for left, now in items if left >= t))
+        return best
+
+    for items in ([(10, 5), (2, 100)], [(0, 50), (3, 3), (3, 7), (100, 1)],
+                  list(itertools.product([1, 4, 9], [2, 30]))):
+        assert _peak(list(items)) == brute(list(items))
+
+
+@pytest.mark.parametrize(("ttft", "tpot", "mode", "level"), [
+    ([0.2, 0.5], [0.9], "tpot", 1.0),   # 1 > p_TPOT > p_TTFT
+    ([0.2, 0.5], [1.7], "tpot", 1.0),   # p_TPOT > 1 > p_TTFT
+    ([0.9], [0.2, 0.5], "ttft", 1.0),   # 1 > p_TTFT > p_TPOT
+    ([1.9], [0.2], "ttft", 1.0),        # p_TTFT > 1 > p_TPOT
+    ([0.5, 2.0, 3.0, 0.1], [1.5, 0.2, 0.3], "ttft", 2 / 3),  # both fail: TPOT better met
+    ([0.5, 0.2, 3.0, 0.1], [1.5, 2.2], "tpot", 0.75),  # both fail: TTFT better met
+])
+def test_table_2_chooses_the_problem(ttft: list[float], tpot: list[float], mode: str,
+                                     level: float) -> None:
+    policy = Sola()
+    policy._choose_strategy(ttft, tpot, (0, 0))
+    assert policy.mode == mode
+    assert policy.level == pytest.approx(level)
+
+
+def test_eq_1_budget_is_the_smallest_decode_slack() -> None:
+    policy = Sola()
+    policy.tpot_target = [50.0, 40.0, 30.0]
+    gen = {0: 10, 1: 4, 2: 1}
+    tpot_now = {0: 45.0, 1: 20.0, 2: 0.0}  # request 2 has no TPOT yet
+    assert policy._tpot_budget([0, 1, 2], gen, tpot_now) == pytest.approx(min(5 * 10, 20 * 4))
+    assert policy._tpot_budget([2], gen, tpot_now) == float("inf")
+
+
+def test_sola_needs_slos() -> None:
+    plain = load_instance(TOY_DIR / "infermax-azure-sample.yaml")
+    with pytest.raises(InstanceError, match="TTFT and TPOT targets"):
+        replay(plain, "sola")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("rate", [5.0, 40.0])
+def test_sola_replays_are_valid_and_the_fast_path_changes_nothing(seed: int, rate: float
+                                                                  ) -> None:
+    inst = slo_instance(seed=seed, rate=rate)
+    result, sched = replay_result(inst, "sola")
+    sol = json.loads(json.dumps(result.to_dict(inst)))
+    assert validate_solution(inst, sol) == []
+    assert 0 <= result.data["metrics"]["attainment"] <= 1
+    slow = replay(inst, "sola", fast=False)
+    assert slow.requests["finish_ms"].tolist() == pytest.approx(
+        sched.requests["finish_ms"].tolist())
+
+
+def test_sola_under_memory_pressure_preempts_only_when_predictions_fail() -> None:
+    inst = slo_instance(count=80, rate=60.0, kv=3000)
+    result, sched = replay_result(inst, "sola")
+    assert validate_solution(inst, json.loads(json.dumps(result.to_dict(inst)))) == []
+    assert int(sched.iterations["kv_tokens"].max()) <= 3000
