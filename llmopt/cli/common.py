@@ -185,16 +185,25 @@ def fmt_ms(x: float | None) -> str:
     return "—" if x is None else f"{x:,.1f}"
 
 
+def _share(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1%}"
+
+
 def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+    """Replay metrics, with the SLO attainment columns when the instance has SLOs."""
     table = Table(show_edge=False, header_style="bold")
+    slo = any("attainment" in m for _, m in rows)
+    slo_cols = ("SLO met", "TTFT met", "TPOT met") if slo else ()
     for col in ("policy", "total (s)", "utilization", "tokens/s", "TTFT p50 (s)",
-                "TPOT p50 (ms)", "E2E p99 (s)", "iterations"):
+                "TPOT p50 (ms)", "E2E p99 (s)", "iterations", *slo_cols):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for name, m in rows:
+        shares = [_share(m.get(k)) for k in ("attainment", "attainment_ttft",
+                                             "attainment_tpot")] if slo else []
         table.add_row(name, f"{m['makespan_ms'] / 1000:.2f}", f"{m['utilization']:.2%}",
                       f"{m['tokens_per_s']:.1f}", f"{m['ttft_p50_ms'] / 1000:.2f}",
                       f"{m['tpot_p50_ms']:.1f}", f"{m['e2e_p99_ms'] / 1000:.2f}",
-                      f"{m['iterations']:,}")
+                      f"{m['iterations']:,}", *shares)
     return table
 
 
