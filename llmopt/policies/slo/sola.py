@@ -76,6 +76,7 @@ import numpy as np
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
 from llmopt.policies.base import IterationPolicy, Steady
+from llmopt.policies.infermax.unified import check_continuous
 from llmopt.sim.batch import Batch
 from llmopt.sim.replica import RUNNING, Replica
 
@@ -202,26 +203,11 @@ class Sola(IterationPolicy):
 
     def check(self, instance: Instance, replica: Replica) -> None:
         label = instance.label()
-        if instance.profile.family != "infermax":
-            raise InstanceError("sola needs an infermax profile (continuous batching)",
-                                file=label, field="model", value=instance.profile.name)
-        if math.inf == replica.C:
-            raise InstanceError("sola needs C, the tokens per batch", file=label,
-                                field="system.max_batch_tokens")
-        if replica.kv_limit is None:
-            raise InstanceError("sola needs M, the KV capacity", file=label,
-                                field="system.kv_capacity")
+        check_continuous(instance, replica)
         ttft, tpot = instance.slo_targets("ttft_slo_ms"), instance.slo_targets("tpot_slo_ms")
         if np.isnan(ttft).all() or np.isnan(tpot).all():
             raise InstanceError("sola schedules by TTFT and TPOT targets: give both (slo: "
                                 "{ttft_ms, tpot_ms} or slo.multiple)", file=label, field="slo")
-        need = instance.input_tokens + instance.output_tokens - 1
-        too_big = np.flatnonzero(need > replica.M)
-        if len(too_big):
-            i = int(too_big[0])
-            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens, "
-                                "more than the cache", file=label, field="system.kv_capacity",
-                                value=replica.M)
         self.ttft_target = np.where(np.isnan(ttft), math.inf, ttft).tolist()
         self.tpot_target = np.where(np.isnan(tpot), math.inf, tpot).tolist()
 
