@@ -9,18 +9,28 @@ but not used for gaps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from llmopt.data.instance import Instance
 from llmopt.errors import LlmoptError
+from llmopt.plugins import load
 from llmopt.policies.replay import replay_result
 from llmopt.problems.api import bounds as family_bounds
 from llmopt.problems.api import family_of, solve
 from llmopt.problems.base import Bound
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
+from llmopt.schedule.metrics import ATTAINMENT_METRICS
+
+if TYPE_CHECKING:
+    from llmopt.problems.infermax.attainment import AttainmentBound
+
+ATTAINMENT_MODULE = "llmopt.problems.infermax.attainment"  # CP-SAT: loaded when used
+
+SLO_HEADERS = {"attainment": "SLO attainment", "attainment_ttft": "TTFT met",
+               "attainment_tpot": "TPOT met", "attainment_e2e": "E2E met"}
 
 
 @dataclass
@@ -30,6 +40,7 @@ class Comparison:
     results: dict[str, Result]
     time_model: str  # the replays' time model: only bounds valid under it measure gaps
     notes: list[str] = field(default_factory=list)
+    attainment_bound: AttainmentBound | None = None
 
     @property
     def best_bound(self) -> Bound | None:
@@ -43,14 +54,27 @@ class Comparison:
                        else (1.0, "ms"))
         cols = ["schedule", f"total time ({unit})", "utilization", "tokens/s",
                 f"TTFT p50 ({unit})", "TPOT p50 (ms)", f"E2E p50 ({unit})", "gap to bound"]
+        slo_cols = [c for c in ("attainment", "attainment_ttft", "attainment_tpot",
+                                "attainment_e2e")
+                    if c in self.table and self.table[c].notna().any()]
+        cols += [SLO_HEADERS[c] for c in slo_cols]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
         for row in self.table.itertuples(index=False):
             gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
+            shares = "".join(" — |" if pd.isna(getattr(row, c)) else f" {getattr(row, c):.1%} |"
+                             for c in slo_cols)
             lines.append(
                 f"| {row.schedule} | {row.makespan_ms / scale:,.2f} | {row.utilization:.2%} | "
                 f"{row.tokens_per_s:.1f} | {row.ttft_p50_ms / scale:,.2f} | "
-                f"{row.tpot_p50_ms:.1f} | {row.e2e_p50_ms / scale:,.2f} | {gap} |")
+                f"{row.tpot_p50_ms:.1f} | {row.e2e_p50_ms / scale:,.2f} | {gap} |{shares}")
+        if self.attainment_bound is not None:
+            ab = self.attainment_bound
+            found = "none" if ab.met_best is None else f"{ab.met_best}"
+            lines.append(f"\nattainment bound (SLO met, at most): **{ab.share_upper:.1%}** "
+                         f"({ab.met_upper} of {ab.requests} requests; {ab.status}, best "
+                         f"schedule found meets {found}; {ab.runtime_s:.1f} s): no schedule "
+                         "does better.")
         lines.append("")
         lines.append(f"| lower bound | total time ({unit}) | valid under |")
         lines.append("|---|---|---|")
@@ -103,5 +127,24 @@ def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
                                  "tpot_p50_ms", "e2e_p50_ms", "ttft_mean_ms", "tpot_mean_ms",
                                  "e2e_mean_ms")},
             "gap_to_bound": (m["makespan_ms"] - best) / m["makespan_ms"] if best else None,
+            **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
         })
-    return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes)
+    attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
+        if optimize and instance.has_slos else None
+    return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes,
+                      attainment)
+
+
+def _attainment_bound(instance: Instance, time_limit_s: float, progress: Progress,
+                      notes: list[str]) -> AttainmentBound | None:
+    """The exact upper bound on SLO attainment, on instances small enough for it."""
+    most = load(f"{ATTAINMENT_MODULE}:MAX_ATTAINMENT_REQUESTS")
+    if instance.profile.family != "infermax" or instance.system.instances != 1 or \
+            instance.num_requests > most:
+        notes.append(f"attainment bound not computed: it is exact for one infermax model "
+                     f"instance and up to {most} requests")
+        return None
+    progress.stage("the exact upper bound on SLO attainment")
+    bound: AttainmentBound = load(f"{ATTAINMENT_MODULE}:attainment_bound")(
+        instance, time_limit_s=time_limit_s)
+    return bound
