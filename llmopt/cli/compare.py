@@ -25,6 +25,7 @@ from llmopt.files import out_path, write_atomic
 from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
 from llmopt.report import plot as plots
 from llmopt.report.compare import compare as run_compare
+from llmopt.report.slo_plot import slo_cdf_figure
 
 
 @command
@@ -59,6 +60,11 @@ def compare(
     ax = plots.plot_comparison(comp.table, best.value_ms if best else None,
                                title=f"{inst.name}: total inference time by schedule")
     plots.save(ax, folder / "compare.png")
+    names = ["compare.md", "compare.csv", "compare.png"]
+    schedules = {name: r.schedule for name, r in comp.results.items() if r.schedule is not None}
+    if inst.has_slos and schedules:
+        plots.save(slo_cdf_figure(inst, schedules), folder / "slo-cdf.png")
+        names.append("slo-cdf.png")
     out.print(md)
-    for name in ("compare.md", "compare.csv", "compare.png"):
+    for name in names:
         out.print(f"wrote {folder / name}")

@@ -28,7 +28,9 @@ from llmopt.files import out_path
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
 from llmopt.report import plot as plots
+from llmopt.report.slo_plot import slo_cdf_figure
 from llmopt.result import read_solution
+from llmopt.schedule import Schedule
 from llmopt.schedule.io import sidecar_name
 
 
@@ -78,6 +80,7 @@ offline, online, hybrid; InferMax: every scheduler)."""
                                 value=plan_data["instance_sha256"])
     shown = progress(verbose)
     rows, written = [], []
+    schedules: dict[str, Schedule] = {}
     failed: list[tuple[str, LlmoptError]] = []
     for name in names:
         try:
@@ -93,6 +96,7 @@ offline, online, hybrid; InferMax: every scheduler)."""
         finally:
             shown.done()
         rows.append((name, result.data["metrics"]))
+        schedules[name] = schedule
         base = out_path(out_dir, inst.name, f"replay-{name}")
         path = write_solution(result, base.with_suffix(".json"), inst)
         written += [path, path.parent / sidecar_name(path)]
@@ -100,6 +104,9 @@ offline, online, hybrid; InferMax: every scheduler)."""
             ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
                                     metrics=result.data["metrics"])
             written.append(plots.save(ax, base.with_suffix(".png")))
+    if plot and schedules and inst.has_slos:
+        written.append(plots.save(slo_cdf_figure(inst, schedules),
+                                  out_path(out_dir, inst.name, "slo-cdf.png")))
     if rows:
         out.print(metrics_table(rows))
     for path in written:

@@ -1,0 +1,66 @@
+"""SLO charts: the distribution (CDF) of each request's TTFT and TPOT per schedule, with the
+targets marked (docs/guide.md, "SLOs and goodput").
+
+When every request has the same target the axis is in milliseconds and the target is a vertical
+line; when targets differ (classes, ``basis: each``) the axis is each request's latency over its
+own target, and the line is at 1. Either way, the height of a curve where it crosses the line is
+the share of requests meeting that target."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+from llmopt.data.instance import Instance
+from llmopt.schedule.metrics import request_latencies
+from llmopt.schedule.schedule import Schedule
+
+TARGETS = {"ttft_ms": ("ttft_slo_ms", "TTFT"), "tpot_ms": ("tpot_slo_ms", "TPOT")}
+
+
+def plot_latency_cdf(latencies: dict[str, pd.DataFrame], metric: str = "ttft_ms",
+                     ax: Axes | None = None) -> Axes:
+    """One empirical CDF of ``metric`` (``ttft_ms`` or ``tpot_ms``) per schedule, from
+    :func:`~llmopt.schedule.metrics.request_latencies` tables keyed by schedule name."""
+    if metric not in TARGETS:
+        raise ValueError(f"metric must be one of {', '.join(TARGETS)}, not {metric!r}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+    target_col, label = TARGETS[metric]
+    targets = pd.concat([t[target_col] for t in latencies.values()]).dropna()
+    single = targets.nunique() <= 1
+    for name, table in latencies.items():
+        values = table[metric].to_numpy(dtype=float)
+        if not single:
+            values = values / table[target_col].to_numpy(dtype=float)
+        values = np.sort(values[np.isfinite(values)])
+        if values.size:
+            shares = np.arange(1, values.size + 1) / values.size
+            ax.step(values, shares, where="post", label=name)
+    if targets.size:
+        at = float(targets.iloc[0]) if single else 1.0
+        ax.axvline(at, color="black", linestyle="--", linewidth=1,
+                   label=f"{label} target ({at:,.0f} ms)" if single else f"{label} target")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(f"{label} (ms)" if single else f"{label} / its target")
+    ax.set_ylabel("share of requests")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def slo_cdf_figure(instance: Instance, schedules: dict[str, Schedule], title: str = "") -> Axes:
+    """TTFT and TPOT CDFs side by side for ``schedules`` of ``instance`` (which has SLOs);
+    returns the first axes (``plot.save`` saves the whole figure)."""
+    latencies = {name: request_latencies(s, instance) for name, s in schedules.items()}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    plot_latency_cdf(latencies, "ttft_ms", left)
+    plot_latency_cdf(latencies, "tpot_ms", right)
+    fig.suptitle(title or f"{instance.name}: TTFT and TPOT per request (dashed: the SLO)")
+    return left
