@@ -108,14 +108,23 @@ def _generator_mapping(mapping: dict[str, Any], p: dict[str, Any]) -> dict[str, 
         for name in ("seed", "count"):
             if name in p:
                 gen[name] = p[name]
-        if "rate_per_s" in p:  # a Gamma process keeps its cv; an offline one becomes Poisson
-            arrival = dict(gen.get("arrival") or {})
-            if arrival.get("process", "offline") == "offline":
-                arrival["process"] = "poisson"
-            gen["arrival"] = {**arrival, "rate_per_s": p["rate_per_s"]}
-    elif "count" in p:
+        if "rate_per_s" in p:
+            gen["arrival"] = _at_rate(gen.get("arrival"), p["rate_per_s"])
+        return doc
+    if "count" in p:
         requests["limit"] = p["count"]
+    if "rate_per_s" in p:  # the trace's lengths, generated arrivals in place of its timestamps
+        requests["arrival"] = _at_rate(requests.get("arrival"), p["rate_per_s"])
     return doc
+
+
+def _at_rate(arrival: dict[str, Any] | None, rate_per_s: float) -> dict[str, Any]:
+    """An arrival process at ``rate_per_s``: a Gamma process keeps its cv, an offline one (or
+    none) becomes Poisson."""
+    arrival = dict(arrival or {})
+    if arrival.get("process", "offline") == "offline":
+        arrival["process"] = "poisson"
+    return {**arrival, "rate_per_s": rate_per_s}
 
 
 def _replay(inst: Instance, cell: Cell, row: dict[str, Any]) -> Result:

@@ -108,7 +108,8 @@ PARAMETERS: dict[str, str] = {
     "workers": "infermax-csp: CP-SAT threads",
     "seed": "the seed of a generated workload (requests.generate.seed)",
     "count": "requests: a generator's count, or the rows read from a trace",
-    "rate_per_s": "a generated workload's Poisson arrival rate (requests/s)",
+    "rate_per_s": "arrival rate (requests/s) of a generated workload, or of arrivals generated "
+                  "for a trace in place of its timestamps (Poisson, or the Gamma cv given)",
     "rate_scale": "arrival rate × this: every arrival time divided by it",
     "slo_scale": "every SLO target (TTFT, TPOT, E2E) × this: below 1 tighter",
     "clients": "client slots per replica (system.clients)",
@@ -384,9 +385,11 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
         if "router" in params:
             fail("router", "applies to replays (policy), not to solves (problem)")
     source = sources[params["instance"]]
-    for name in ("seed", "rate_per_s"):
-        if name in params and not source.generated:
-            fail(name, f"instance {source.name} is not generated (requests.generate)")
+    if "seed" in params and not source.generated:
+        fail("seed", f"instance {source.name} is not generated (requests.generate)")
+    if "rate_per_s" in params and not (source.generated or source.traced):
+        fail("rate_per_s", f"instance {source.name} lists its requests; rate_per_s applies to "
+             "generated and trace workloads")
     if "count" in params and not (source.generated or source.traced):
         fail("count", f"instance {source.name} lists its requests; count applies to "
              "generated and trace workloads")
