@@ -65,6 +65,14 @@ PROBLEMS: dict[str, ProblemInfo] = {
             ("auto", "cpsat", "highs"),
             {"bins": "number of batches N", "workers": "CP-SAT threads"},
             solve="llmopt.problems.infermax.csp:solve"),
+        ProblemInfo(
+            "scls-batching", "scls", "Cheng et al. 2024 (SCLS)", "eqs 1–10, Algorithm 1",
+            "serving-time-oriented batching: padded static batches of least total serving "
+            "time for one slice, none out of memory (DP, or exact over all partitions)",
+            ("dp", "cpsat", "brute"),
+            {"slice_length": "slice length S (default 128)", "workers": "CP-SAT threads",
+             "formulation": "cpsat: counts (default) | assignment"},
+            solve="llmopt.problems.scls.partition:solve"),
     ]
 }
 

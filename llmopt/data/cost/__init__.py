@@ -14,6 +14,9 @@ Families
 ``infermax``
     Kim et al. 2025, section 3.2: a batch's time is linear in the tokens processed and the KVs
     read by decodes, plus prefill attention in Σ(c² + 2mc) and a term per prefill request.
+``scls``
+    Cheng et al. 2024, eqs 1–9 and Algorithm 2: padded static batches served for a slice of S
+    iterations; serving time bilinear in batch size and padded length, KV memory rules.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from llmopt.data.cost.base import CostProfile
 from llmopt.data.cost.bilinear import BilinearProfile
 from llmopt.data.cost.infermax import InferMaxProfile
 from llmopt.data.cost.pang import PangLinearProfile, prefill_levels
+from llmopt.data.cost.scls import SclsProfile
 from llmopt.errors import ProfileError
 from llmopt.files import load_yaml_mapping, validated
 
 PROFILE_CLASSES: dict[str, type[CostProfile]] = {
-    "pang_linear": PangLinearProfile, "bilinear": BilinearProfile, "infermax": InferMaxProfile}
+    "pang_linear": PangLinearProfile, "bilinear": BilinearProfile, "infermax": InferMaxProfile,
+    "scls": SclsProfile}
 FAMILIES = tuple(PROFILE_CLASSES)
 
 
