@@ -73,6 +73,17 @@ PROBLEMS: dict[str, ProblemInfo] = {
             {"slice_length": "slice length S (default 128)", "workers": "CP-SAT threads",
              "formulation": "cpsat: counts (default) | assignment"},
             solve="llmopt.problems.scls.partition:solve"),
+        ProblemInfo(
+            "slo-priority", "bilinear", "Huang et al. 2025", "eqs 2–19, Algorithm 1",
+            "SLO-aware priority mapping: the priority order and static batches that maximize "
+            "G = met requests / total latency (exact CP-SAT, simulated annealing, exhaustive)",
+            ("auto", "cpsat", "sa", "exhaustive"),
+            {"max_batch": "maximum batch size (default: system.clients)",
+             "seed": "sa: random seed", "acceptance": "sa: metropolis | literal",
+             "t0": "sa: initial temperature", "t_thres": "sa: threshold temperature",
+             "iters": "sa: moves per temperature", "tau": "sa: temperature decay",
+             "workers": "cpsat: CP-SAT threads"},
+            solve="llmopt.problems.slo_priority.solve:solve"),
     ]
 }
 

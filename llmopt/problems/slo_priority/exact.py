@@ -1,0 +1,298 @@
+"""The exact optimum of G = n / t (Huang et al. 2025, eq 2) with CP-SAT, with proof.
+
+G is a ratio, so it is solved parametrically: for a number k of met requests, T_k is the least
+total latency t (eq 3) of a plan in which at least k requests meet their SLOs (eq 7), and
+G* = max_k k / T_k. T_k does not decrease with k, so with T_min the least t of any plan, no k
+with k / T_min ≤ G_inc (the incumbent's G) can beat the incumbent.
+
+Model (one instance, requests i, batch slots j = 0..N−1, sizes s = 1..B):
+
+- x_ij: request i runs in batch j (Σ_j x_ij = 1); y_js: batch j holds s requests (s = 0: empty;
+  Σ_s y_js = 1, Σ_i x_ij = Σ_s s·y_js; an empty batch is followed by empty ones);
+- w_is: request i runs in a batch of s requests (Σ_s w_is = 1; x_ij ∧ y_js ⇒ w_is);
+- the batch's duration D_j ≥ t_exec,i(s)·w_is for every request in it (eq 11: its longest
+  request; eqs 14–17 tabulated per size), start_0 = 0, start_{j+1} = start_j + D_j;
+- st_i ≥ start_j when x_ij (the wait of eq 11; only ≥ is needed: a later start only delays);
+- t = Σ_i (st_i + Σ_s t_exec,i(s)·w_is) (eqs 3–4);
+- met_i ⇒ st_i + Σ_s t_p,i(s)·w_is ≤ TTFT target (eq 8), st_i + t_exec,i ≤ E2E target (eq 4),
+  and w_is = 0 for each size s at which the TPOT target fails (TPOT does not depend on the
+  wait); met_i = 0 for a request that misses even alone at time 0 (reported as unmeetable);
+- Σ met_i ≥ k, and t ≤ k / G_inc (only plans better than the incumbent matter).
+
+Every plan of the problem is a solution of the model with at least its met count and at most
+its t (its D_j, st_i exactly, N = number of requests slots suffice), and every model solution
+read back as batches is a plan whose evaluation is no worse in the model's own relaxed times.
+
+Time. Times are integers of 10^-d ms: d is the decimals of the profile's coefficients when the
+horizon (every request run alone at the largest batch, one after another) stays within
+``CLOCK_UNITS``, else fewer. Then each time is rounded down and each target up (exactly when d
+is the coefficients' decimals): the model is a relaxation (its latencies are never above the
+real ones), so its bounds hold. Every incumbent the model finds is re-evaluated exactly by
+``model.evaluate``; status ``optimal`` only when the exact G of the incumbent reaches the proven
+upper bound within a relative 1e-9.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from ortools.sat.python import cp_model
+
+from llmopt.backends.cpsat import subsolver
+from llmopt.problems.slo_priority.model import (
+    MET_TOLERANCE_MS,
+    Batches,
+    SloPriorityData,
+    evaluate,
+    g_per_s,
+)
+from llmopt.progress import SILENT, Progress
+
+CLOCK_UNITS = 10 ** 9
+PROOF_TOLERANCE = 1e-9
+
+
+@dataclass
+class ExactOutcome:
+    batches: Batches
+    n_met: int
+    total_ms: float
+    g_per_s: float
+    bound_g_per_s: float          # a proven upper bound on G (requests/s)
+    proven: bool
+    decimals: int                 # the model's clock: 10^-decimals ms
+    exact_clock: bool             # the clock holds every time exactly
+    solves: list[dict[str, object]] = field(default_factory=list)
+
+
+def _decimals(x: float) -> int:
+    exponent = Decimal(repr(float(x))).normalize().as_tuple().exponent
+    return max(0, -int(exponent))
+
+
+def clock_decimals(data: SloPriorityData) -> tuple[int, bool]:
+    """The clock's decimals and whether every time is exact on it."""
+    p = data.profile
+    need = max(_decimals(c) for c in p.time_coefficients())
+    B = data.max_batch
+    horizon = sum(max(row[1:B + 1]) for row in data.exec_ms)
+    d = need
+    while d > 0 and horizon * 10 ** d > CLOCK_UNITS:
+        d -= 1
+    return d, d == need
+
+
+class _Model:
+    def __init__(self, data: SloPriorityData, decimals: int) -> None:
+        self.data = data
+        n, B = data.n, data.max_batch
+        scale = 10 ** decimals
+        self.scale = scale
+        m = cp_model.CpModel()
+        ex = [[0] + [math.floor(data.exec_ms[i][s] * scale) for s in range(1, B + 1)]
+              for i in range(n)]
+        pre = [[0] + [math.floor(data.prefill_ms[i][s] * scale) for s in range(1, B + 1)]
+               for i in range(n)]
+        horizon = sum(max(row[1:]) for row in ex)
+        N = n  # batch slots
+        x = [[m.new_bool_var(f"x{i}_{j}") for j in range(N)] for i in range(n)]
+        y = [[m.new_bool_var(f"y{j}_{s}") for s in range(B + 1)] for j in range(N)]
+        w = [[m.new_bool_var(f"w{i}_{s}") for s in range(B + 1)] for i in range(n)]
+        start = [m.new_int_var(0, horizon, f"start{j}") for j in range(N + 1)]
+        dur = [m.new_int_var(0, horizon, f"D{j}") for j in range(N)]
+        st = [m.new_int_var(0, horizon, f"st{i}") for i in range(n)]
+        met = [m.new_bool_var(f"met{i}") for i in range(n)]
+        m.add(start[0] == 0)
+        for i in range(n):
+            m.add_exactly_one(x[i])
+            m.add(w[i][0] == 0)
+            m.add_exactly_one(w[i][1:])
+        for j in range(N):
+            m.add_exactly_one(y[j])
+            m.add(sum(x[i][j] for i in range(n)) == sum(s * y[j][s] for s in range(B + 1)))
+            m.add(start[j + 1] == start[j] + dur[j])
+            if j + 1 < N:
+                m.add_implication(y[j][0], y[j + 1][0])
+            if j < -(-n // B):
+                m.add(y[j][0] == 0)  # at least ⌈n/B⌉ batches are non-empty
+            for i in range(n):
+                for s in range(1, B + 1):
+                    m.add_bool_or([x[i][j].Not(), y[j][s].Not(), w[i][s]])
+                exec_i = sum(ex[i][s] * w[i][s] for s in range(1, B + 1))
+                m.add(dur[j] >= exec_i).only_enforce_if(x[i][j])
+                m.add(st[i] >= start[j]).only_enforce_if(x[i][j])
+        exec_expr = [sum(ex[i][s] * w[i][s] for s in range(1, B + 1)) for i in range(n)]
+        for i in range(n):
+            if all(data.slack_ms[i][s] < 0 for s in range(1, B + 1)):
+                m.add(met[i] == 0)
+                continue
+            for s in range(1, B + 1):
+                if data.slack_ms[i][s] < 0 and not self._ttft_e2e_only(i, s):
+                    m.add_implication(met[i], w[i][s].Not())   # TPOT fails at size s
+            ttft, e2e = data.ttft_slo_ms[i], data.e2e_slo_ms[i]
+            if ttft is not None:
+                deadline = math.ceil((ttft + MET_TOLERANCE_MS) * scale)
+                m.add(st[i] + sum(pre[i][s] * w[i][s] for s in range(1, B + 1))
+                      <= deadline).only_enforce_if(met[i])
+            if e2e is not None:
+                deadline = math.ceil((e2e + MET_TOLERANCE_MS) * scale)
+                m.add(st[i] + exec_expr[i] <= deadline).only_enforce_if(met[i])
+        self.total_hi = n * horizon + horizon
+        self.total = m.new_int_var(0, self.total_hi, "t")
+        m.add(self.total == sum(st) + sum(exec_expr))
+        # valid cuts: batch j (of the first ⌈N/B⌉, all non-empty) starts after j batches each
+        # lasting at least a distinct request's least execution time; t ≥ the lower bound
+        e_min = sorted(min(row[1:]) for row in ex)
+        for j in range(1, min(N, -(-n // B)) + 1):
+            m.add(start[j] >= sum(e_min[:j]))
+        m.add(self.total >= math.floor(total_latency_lower_bound(data) * scale))
+        self.count = m.new_int_var(0, n, "n")
+        m.add(self.count == sum(met))
+        self.model, self.x, self.y, self.w, self.met = m, x, y, w, met
+        self.st, self.start, self.dur = st, start, dur
+        self.n_slots = N
+
+    def _ttft_e2e_only(self, i: int, s: int) -> bool:
+        """Whether slack −inf at size s comes from TTFT/E2E at time 0 rather than TPOT (the
+        model's deadlines express those; TPOT needs the implication)."""
+        d = self.data
+        tpot = d.tpot_slo_ms[i]
+        out = d.output_tokens[i]
+        return not (tpot is not None and out > 1
+                    and d.decode_ms[i][s] / (out - 1) > tpot + MET_TOLERANCE_MS)
+
+    def set_domain(self, var: cp_model.IntVar, lo: int, hi: int) -> None:
+        proto = self.model.proto.variables[var.index]
+        proto.domain[0] = lo
+        proto.domain[1] = hi
+
+    def hint(self, batches: Batches) -> None:
+        m, data = self.model, self.data
+        m.clear_hints()
+        ev = evaluate(data, batches)
+        for i in range(data.n):
+            for j in range(self.n_slots):
+                m.add_hint(self.x[i][j], ev.batch_of[i] == j)
+            for s in range(self.data.max_batch + 1):
+                m.add_hint(self.w[i][s], len(batches[ev.batch_of[i]]) == s)
+            m.add_hint(self.met[i], ev.met[i])
+        for j in range(self.n_slots):
+            size = len(batches[j]) if j < len(batches) else 0
+            for s in range(self.data.max_batch + 1):
+                m.add_hint(self.y[j][s], size == s)
+
+    def read(self, value: object) -> Batches:
+        v = value  # solver.value
+        batches = []
+        for j in range(self.n_slots):
+            members = tuple(i for i in range(self.data.n) if v(self.x[i][j]))  # type: ignore
+            if members:
+                batches.append(members)
+        return tuple(batches)
+
+
+def total_latency_lower_bound(data: SloPriorityData) -> float:
+    """A lower bound (ms) on t (eq 3) over every plan. Each request takes at least
+    e_i = min_s t_exec,i(s); a plan of M ≥ ⌈N/B⌉ batches has distinct longest requests
+    ("leaders") whose e bound the batch durations, and after batch r at least N − (r+1)·B
+    requests wait for it (eq 11). Pairing the smallest e with the largest of these counts
+    (rearrangement) bounds the total wait from below. With B = 1 this is the shortest-first
+    order's total, the exact minimum (Smith's rule)."""
+    B, n = data.max_batch, data.n
+    e = sorted(min(row[1:B + 1]) for row in data.exec_ms)
+    wait = sum(e[r] * max(0, n - (r + 1) * B) for r in range(-(-n // B)))
+    return sum(e) + wait
+
+
+def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
+                workers: int | None = None, progress: Progress = SILENT) -> ExactOutcome:
+    """G* with proof, or the best plan found and a proven upper bound on G when time runs out.
+    ``incumbent`` (e.g. SA's plan) gives the first G_inc and the solver's hints."""
+    t_begin = time.perf_counter()
+    deadline = t_begin + time_limit_s
+    workers = workers or 2
+    decimals, exact_clock = clock_decimals(data)
+    mod = _Model(data, decimals)
+    best = evaluate(data, incumbent)
+    g_inc = best.g_per_s
+    solves: list[dict[str, object]] = []
+    n = data.n
+    scale = mod.scale
+
+    def run(kind: str, k: int | None) -> tuple[str, float | None, float | None]:
+        """One sub-solve; returns (status, objective, bound) in model units and keeps any
+        better plan."""
+        nonlocal best, g_inc
+        left = deadline - time.perf_counter()
+        if left <= 0.01:
+            solves.append({"kind": kind, "k": k, "status": "not run (time)"})
+            return "not_run", None, None
+        mod.hint(best.batches)
+        solver = subsolver(left, workers)
+        status = solver.solve(mod.model)
+        name = solver.status_name(status)
+        obj = bnd = None
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            obj, bnd = solver.objective_value, solver.best_objective_bound
+            plan = mod.read(solver.value)
+            ev = evaluate(data, plan)
+            if ev.g_per_s > g_inc:
+                best, g_inc = ev, ev.g_per_s
+                progress.incumbent(1000.0 / g_inc if g_inc > 0 else None, None, " ms")
+        elif status == cp_model.UNKNOWN:
+            bnd = solver.best_objective_bound
+        solves.append({"kind": kind, "k": k, "status": name.lower(), "objective": obj,
+                       "bound": bnd, "runtime_s": round(solver.wall_time, 4)})
+        return name, obj, bnd
+
+    # 1. the most requests that can meet their SLOs together
+    progress.stage("CP-SAT: most requests meeting their SLOs")
+    mod.model.clear_objective()
+    mod.model.maximize(mod.count)
+    status, obj, bnd = run("max met", None)
+    if status == "OPTIMAL":
+        k_max = round(obj or 0)
+    elif bnd is not None:
+        k_max = min(n, math.floor(bnd + 1e-9))
+    else:
+        k_max = n
+    # 2. a lower bound on the total latency of any plan, T_min (a lower bound on every T_k)
+    t_min_ms = max(total_latency_lower_bound(data), 1e-300)
+    t_min_units = math.floor(t_min_ms * scale)
+    mod.model.clear_objective()
+    mod.model.minimize(mod.total)
+    # 3. for each k (from the top) that could beat the incumbent: T_k
+    contributions: list[float] = []
+    k = k_max
+    while k >= 1 and g_per_s(k, t_min_ms) > g_inc:
+        progress.stage(f"CP-SAT: least total latency with at least {k} requests meeting "
+                       "their SLOs")
+        mod.set_domain(mod.count, k, n)
+        t_hi = mod.total_hi
+        if g_inc > 0:  # only plans of G > G_inc matter: t < k / G_inc
+            t_hi = min(t_hi, math.floor(k * 1000.0 / g_inc * scale))
+        mod.set_domain(mod.total, 0, t_hi)
+        status, obj, bnd = run("min t given k", k)
+        if status == "OPTIMAL":
+            contributions.append(g_per_s(k, (obj or 0) / scale))
+        elif status == "INFEASIBLE":
+            contributions.append(min(g_inc, g_per_s(k, t_min_ms)))  # T_k > k / G_inc
+        elif status == "FEASIBLE" or (status == "UNKNOWN" and bnd is not None):
+            contributions.append(g_per_s(k, max(bnd or 0.0, t_min_units) / scale))
+        else:
+            # not run or no bound: every k' ≤ k is bounded by k' / T_min only
+            contributions.append(g_per_s(k, t_min_ms))
+            break
+        k -= 1
+    mod.set_domain(mod.count, 0, n)
+    mod.set_domain(mod.total, 0, mod.total_hi)
+    bound = max([g_inc, *contributions])
+    # with a rounded clock the model's t is below the real one by at most this much
+    slack_ms = 0.0 if exact_clock else (n * (mod.n_slots + 1)) / scale
+    tolerance = PROOF_TOLERANCE + (slack_ms / best.total_ms if best.total_ms > 0 else 0.0)
+    proven = bound <= g_inc * (1 + tolerance)
+    return ExactOutcome(best.batches, best.n_met, best.total_ms, g_inc, bound, proven,
+                        decimals, exact_clock, solves)
