@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import ROOT, TOY
 from llmopt.data.cost import load_profile
@@ -22,6 +23,7 @@ from llmopt.problems.scls.offload import (
     adaptive_interval_ms,
     compare_with_exact,
     max_min_assignment,
+    plan_period,
 )
 from llmopt.problems.scls.partition import (
     Pool,
@@ -186,6 +188,21 @@ def test_max_min_by_hand_with_decrement_and_interval():
     assert adaptive_interval_ms([10_000, 20_000], 0.5, 3000) == 5000  # max(0.5·10000, 3000)
 
 
+def test_one_period_on_fig11_with_a_loaded_worker():
+    pool = Pool.of([10] * 15 + [1024], load_profile(PROFILE), 128)
+    off = MaxMinOffloader(2)
+    off.loads = [0.0, 5000.0]
+    plan = plan_period(pool, off, lam=0.5, gamma_ms=1000)
+    short, long = hand_serve_ms(15, 10, 128), hand_serve_ms(1, 1024, 128)
+    assert short > long
+    # both batches go to worker 0: the 15 short ones first (0 < 5000), then the long one
+    # (short < 5000); the next interval is max(0.5 · min(5000, short + long), 1000)
+    assert plan.workers == [0, 0]
+    assert plan.loads_ms == pytest.approx([short + long, 5000])
+    assert plan.next_interval_ms == pytest.approx(2500)
+    assert sorted(len(b) for b in plan.batches) == [1, 15]
+
+
 def test_exact_makespan_matches_brute_force_assignment():
     rng = np.random.default_rng(3)
     for _ in range(8):
@@ -208,7 +225,6 @@ def test_exact_makespan_matches_brute_force_assignment():
 ])
 def test_bad_profiles(changes, field, tmp_path):
     path = tmp_path / "bad.yaml"
-    import yaml
     path.write_text(yaml.safe_dump({**RAW, **changes}))
     with pytest.raises(ProfileError) as err:
         load_profile(str(path))
@@ -240,3 +256,25 @@ def test_request_that_cannot_fit_alone():
     message = str(err.value)
     assert "requests[3].input_tokens" in message and "s3" in message and "\n" not in message
     assert isinstance(err.value, LlmoptError)
+
+
+def test_cli_solves_fig11_and_rejects_bad_input_in_one_line(cli, tmp_path):
+    result = cli("solve", TOY / "scls-fig11.yaml", "--out", tmp_path, "--solver", "cpsat")
+    assert result.exit_code == 0, result.output
+    assert "optimal" in result.output and "7,600.9" in result.output
+    data = load_yaml_mapping(TOY / "scls-fig11.yaml")
+    bad_rule = {**RAW, "memory_rule": "vllm"}
+    for model, requests, where in [
+        (bad_rule, data["requests"], "memory_rule"),
+        (PROFILE, [{"id": "huge", "input_tokens": 10**7, "output_tokens": 1}],
+         "requests[0].input_tokens"),
+    ]:
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump({"name": "bad", "model": model, "system": {"clients": 1},
+                                        "requests": requests}))
+        result = cli("solve", path, "--problem", "scls-batching", "--out", tmp_path)
+        assert result.exit_code == 2
+        lines = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1 and where in lines[0] and "bad.yaml" in lines[0]
+    result = cli("solve", TOY / "scls-fig11.yaml", "--solver", "brute", "--out", tmp_path)
+    assert result.exit_code == 2 and "at most 9 requests" in result.output

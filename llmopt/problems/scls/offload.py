@@ -33,6 +33,7 @@ import numpy as np
 from llmopt.errors import OptionError
 from llmopt.problems.pang import pcmax_bounds
 from llmopt.problems.pang.binpacking import BinPacking, reproducible_assignment
+from llmopt.problems.scls.partition import Pool, dp_batches
 
 DEFAULT_GAMMA_MS = 6000.0   # Γ for huggingface-transformers workers (section 5.1); 3 s for DS
 DEFAULT_LAMBDA = 0.5        # λ (section 5.1)
@@ -155,6 +156,33 @@ def compare_with_exact(serve_ms: Sequence[float], workers: int, unit_ms: float =
                               lower * unit_ms, proven)
 
 
+@dataclass(frozen=True)
+class PeriodPlan:
+    """One scheduling period of SCLS (Fig. 7): the pool's batches (pool indices, by Algorithm
+    1), the worker of each (eq 11), their estimated serving times (eq 1, ms), the workers' loads
+    after offloading, and the interval to the next period (eq 12, ms)."""
+
+    batches: list[list[int]]
+    workers: list[int]
+    serve_ms: list[float]
+    loads_ms: list[float]
+    next_interval_ms: float
+
+
+def plan_period(pool: Pool, offloader: MaxMinOffloader, lam: float = DEFAULT_LAMBDA,
+                gamma_ms: float = DEFAULT_GAMMA_MS) -> PeriodPlan:
+    """The decisions of one period: batch the pool (Algorithm 1), offload the batches longest
+    first to the least-loaded workers (eq 11, updating ``offloader``'s loads), and set the next
+    interval from the loads (eq 12). Serving the batches, and :meth:`MaxMinOffloader.served`
+    when each ends, is the caller's."""
+    gamma_ms, lam = check_interval_parameters(gamma_ms, lam)
+    batches = dp_batches(pool)
+    times = [pool.batch_ms(b) for b in batches]
+    workers = offloader.offload(times)
+    return PeriodPlan(batches, workers, times, list(offloader.loads),
+                      offloader.interval_ms(lam, gamma_ms))
+
+
 __all__ = ["DEFAULT_GAMMA_MS", "DEFAULT_LAMBDA", "MakespanComparison", "MaxMinOffloader",
-           "adaptive_interval_ms", "check_interval_parameters", "compare_with_exact",
-           "max_min_assignment"]
+           "PeriodPlan", "adaptive_interval_ms", "check_interval_parameters",
+           "compare_with_exact", "max_min_assignment", "plan_period"]
