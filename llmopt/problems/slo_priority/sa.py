@@ -39,6 +39,7 @@ from llmopt.problems.slo_priority.model import (
     Batches,
     SloPriorityData,
     batches_from,
+    evaluate,
     g_per_s,
     max_size_cut,
 )
@@ -144,8 +145,8 @@ def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: flo
     sizes0 = max_size_cut(n, B)
     by_latency = _State(data, latency_order(data), list(sizes0))
     if by_latency.n_met == n:                                          # lines 6–10
-        return SaOutcome(batches_from(by_latency.order, by_latency.sizes), n,
-                         by_latency.total, g_per_s(n, by_latency.total), "latency-ordered",
+        ev = evaluate(data, batches_from(by_latency.order, by_latency.sizes))
+        return SaOutcome(ev.batches, ev.n_met, ev.total_ms, ev.g_per_s, "latency-ordered",
                          True, 0, 0)
     as_given = _State(data, list(range(n)), list(sizes0))
     st, start = by_latency, "latency-ordered"
@@ -211,5 +212,6 @@ def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: flo
         temp *= tau                                                     # line 41
         if temp < t_thres:                                              # line 43
             break
-    f, met, total, order, sizes = best
-    return SaOutcome(batches_from(order, sizes), met, total, f, start, False, moves, accepted)
+    plan = batches_from(best[3], best[4])
+    ev = evaluate(data, plan)  # the canonical sums (the incremental ones differ by rounding)
+    return SaOutcome(plan, ev.n_met, ev.total_ms, ev.g_per_s, start, False, moves, accepted)
