@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from llmopt.problems.slo_priority.model import (
@@ -61,34 +62,36 @@ class SaOutcome:
 
 
 class _State:
-    """Order + sizes with per-batch prefix caches (start, met so far, latency sum so far)."""
+    """Order + sizes with per-batch prefix caches: for batch k its start, the met count and the
+    latency sum of the batches before it, and its first position in the order."""
 
     def __init__(self, data: SloPriorityData, order: list[int], sizes: list[int]) -> None:
         self.exec_by_size = [[row[b] for row in data.exec_ms] for b in range(data.max_batch + 1)]
         self.slack_by_size = [[row[b] for row in data.slack_ms]
                               for b in range(data.max_batch + 1)]
         self.order, self.sizes = order, sizes
-        self.pstart: list[float] = []
-        self.pmet: list[int] = []
-        self.ptotal: list[float] = []
-        self.offset: list[int] = []
-        self.n_met, self.total = 0, 0.0
-        self.rebuild(0)
+        self.pstart: list[float] = [0.0]
+        self.pmet: list[int] = [0]
+        self.ptotal: list[float] = [0.0]
+        self.offset: list[int] = [0]
+        met, total, record = self.run(order, sizes, 0)
+        self.accept(order, sizes, 0, met, total, record)
 
-    def run_from(self, order: list[int], sizes: list[int], a: int, start: float, met: int,
-                 total: float, record: bool) -> tuple[int, float]:
-        """Eqs 4, 11 and 7 over batches a.. of (order, sizes), from the prefix values."""
+    def run(self, order: list[int], sizes: list[int], a: int
+            ) -> tuple[int, float, tuple[list[float], list[int], list[float], list[int]]]:
+        """Eqs 4, 11 and 7 over batches a.. of (order, sizes), from the cached prefix."""
         ex_all, sl_all = self.exec_by_size, self.slack_by_size
-        pos = sum(sizes[:a]) if not record else self.offset[a] if a < len(self.offset) else 0
-        if record:
-            del self.pstart[a:], self.pmet[a:], self.ptotal[a:], self.offset[a:]
+        start, met, total, pos = self.pstart[a], self.pmet[a], self.ptotal[a], self.offset[a]
+        ps: list[float] = []
+        pm: list[int] = []
+        pt: list[float] = []
+        off: list[int] = []
         for k in range(a, len(sizes)):
             s = sizes[k]
-            if record:
-                self.pstart.append(start)
-                self.pmet.append(met)
-                self.ptotal.append(total)
-                self.offset.append(pos)
+            ps.append(start)
+            pm.append(met)
+            pt.append(total)
+            off.append(pos)
             ex, sl = ex_all[s], sl_all[s]
             longest = 0.0
             for i in order[pos:pos + s]:
@@ -100,33 +103,17 @@ class _State:
                     met += 1
             start += longest
             pos += s
-        return met, total
+        return met, total, (ps, pm, pt, off)
 
-    def rebuild(self, a: int) -> None:
-        if a == 0 or not self.pstart:
-            a, start, met, total = 0, 0.0, 0, 0.0
-            self.pstart, self.pmet, self.ptotal, self.offset = [], [], [], []
-        else:
-            start, met, total = self.pstart[a], self.pmet[a], self.ptotal[a]
-        self.n_met, self.total = self.run_from(self.order, self.sizes, a, start, met, total,
-                                               record=True)
-
-    def evaluate(self, order: list[int], sizes: list[int], a: int) -> tuple[int, float]:
-        if a >= len(self.pstart):
-            a = len(self.pstart) - 1
-        return self.run_from(order, sizes, a, self.pstart[a], self.pmet[a], self.ptotal[a],
-                             record=False)
+    def accept(self, order: list[int], sizes: list[int], a: int, met: int, total: float,
+               record: tuple[list[float], list[int], list[float], list[int]]) -> None:
+        self.order, self.sizes = order, sizes
+        self.pstart[a:], self.pmet[a:], self.ptotal[a:], self.offset[a:] = record
+        self.n_met, self.total = met, total
 
     def batch_at(self, pos: int) -> int:
         """Batch index of sequence position ``pos``."""
-        lo, hi = 0, len(self.offset) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.offset[mid] <= pos:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return bisect_right(self.offset, pos) - 1
 
 
 def latency_order(data: SloPriorityData) -> list[int]:
@@ -141,7 +128,7 @@ def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: flo
     if acceptance not in ACCEPTANCE:
         raise ValueError(f"acceptance must be one of {ACCEPTANCE}")
     n, B = data.n, data.max_batch
-    rng = random.Random(seed)
+    rnd = random.Random(seed).random
     sizes0 = max_size_cut(n, B)
     by_latency = _State(data, latency_order(data), list(sizes0))
     if by_latency.n_met == n:                                          # lines 6–10
@@ -160,9 +147,9 @@ def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: flo
     while True:
         for _ in range(iters):                                         # lines 17–40
             moves += 1
-            op = rng.randrange(3)                                      # line 20
+            op = int(rnd() * 3)                                        # line 20
             order, sizes = st.order, st.sizes
-            p = rng.randrange(n)
+            p = int(rnd() * n)
             k = st.batch_at(p)
             if op == 0:                                                # squeezeLastIter
                 if k == 0 or sizes[k - 1] >= B:
@@ -192,7 +179,7 @@ def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: flo
                     del new_sizes[k]
                 a = k
             else:                                                      # randSwapping
-                q = rng.randrange(n)
+                q = int(rnd() * n)
                 kq = st.batch_at(q)
                 if kq == k:
                     continue                   # same batch: the same solution
@@ -200,11 +187,10 @@ def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: flo
                 new_order[p], new_order[q] = new_order[q], new_order[p]
                 new_sizes = sizes
                 a = min(k, kq)
-            met, total = st.evaluate(new_order, new_sizes, a)
-            f_new = g_per_s(met, total)
-            if f_new > f or (metropolis and rng.random() < math.exp((f_new - f) / temp)):
-                st.order, st.sizes = new_order, list(new_sizes)
-                st.rebuild(a)
+            met, total, record = st.run(new_order, new_sizes, a)
+            f_new = 0.0 if met == 0 else met / (total / 1000.0)               # eq 2
+            if f_new > f or (metropolis and rnd() < math.exp((f_new - f) / temp)):
+                st.accept(new_order, list(new_sizes), a, met, total, record)
                 f = f_new
                 accepted += 1
                 if f > best[0]:
