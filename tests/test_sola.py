@@ -6,6 +6,8 @@ import itertools
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import TOY as TOY_DIR
 from llmopt.data.instance import instance_from_mapping, load_instance
@@ -17,6 +19,7 @@ from llmopt.policies.slo.sola import (
     Sola,
     SolaCostModel,
     _peak,
+    _PeakProfile,
     quantile_level,
 )
 from llmopt.validate import validate_solution
@@ -147,3 +150,59 @@ def test_sola_under_memory_pressure_preempts_only_when_predictions_fail() -> Non
     result, sched = replay_result(inst, "sola")
     assert validate_solution(inst, json.loads(json.dumps(result.to_dict(inst)))) == []
     assert int(sched.iterations["kv_tokens"].max()) <= 3000
+
+
+PEAK_ITEMS = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 500)), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PEAK_ITEMS, st.integers(0, 300), st.integers(0, 500))
+def test_the_peak_query_equals_the_peak_with_the_candidate(items, left, now) -> None:
+    assert _PeakProfile(items).peak_with(left, now) == _peak([*items, (left, now)])
+
+
+def test_algorithm_1_goes_past_refused_candidates() -> None:
+    """Line 9 of Algorithm 1 is ``continue``: five large requests refused by the peak-memory
+    test (each fits the free KVs now, not at the predicted peak beside the running one) do not
+    keep a small one waiting behind them."""
+    requests = [{"id": "running", "input_tokens": 300, "output_tokens": 100, "arrival_ms": 0}]
+    requests += [{"id": f"large{k}", "input_tokens": 600, "output_tokens": 20,
+                  "arrival_ms": 1.0 + k} for k in range(5)]
+    requests += [{"id": "small", "input_tokens": 50, "output_tokens": 5, "arrival_ms": 6.0}]
+    inst = instance_from_mapping({
+        "name": "sola-skip", "model": PROFILE,
+        "system": {"clients": 8, "kv_capacity": 1000, "max_batch_tokens": 2048},
+        "requests": requests, "slo": {"ttft_ms": 50, "tpot_ms": 1000}})
+    result, sched = replay_result(inst, "sola")
+    assert validate_solution(inst, json.loads(json.dumps(result.to_dict(inst)))) == []
+    first = dict(zip(sched.requests["request"], sched.requests["first_token_ms"], strict=True))
+    assert all(first["small"] < first[f"large{k}"] for k in range(5))
+    assert first["small"] < min(sched.requests["finish_ms"])  # it ran beside "running"
+
+
+@pytest.mark.parametrize("classes", [False, True])
+def test_blocked_runs_past_arrivals_change_nothing(classes: bool) -> None:
+    """Memory-bound with a long queue: SOLA's decode-only runs go on past arrivals when no
+    request still to arrive would enter its window (always, with one target for all; by the
+    deadlines, with classes). The runs and the iterations one by one give one schedule."""
+    inst = slo_instance(count=160, rate=400.0, kv=4000)
+    if classes:
+        inst = instance_from_mapping({
+            "name": "sola-classes", "model": PROFILE,
+            "system": {"clients": 32, "kv_capacity": 4000, "max_batch_tokens": 2048},
+            "requests": {"generate": {
+                "count": 160, "seed": 3,
+                "input": {"dist": "lognormal", "mean": 300, "std": 300, "max": 1500},
+                "output": {"dist": "lognormal", "mean": 120, "std": 120, "max": 600},
+                "arrival": {"process": "poisson", "rate_per_s": 400}}},
+            "slo": {"classes": [{"name": "chat", "share": 0.5, "ttft_ms": 300, "tpot_ms": 60},
+                                {"name": "batch", "share": 0.5, "ttft_ms": 3000,
+                                 "tpot_ms": 200}]}})
+    result, fast = replay_result(inst, "sola")
+    assert validate_solution(inst, json.loads(json.dumps(result.to_dict(inst)))) == []
+    slow = replay(inst, "sola", fast=False)
+    assert slow.requests["finish_ms"].tolist() == pytest.approx(
+        fast.requests["finish_ms"].tolist())
+    assert slow.requests["first_token_ms"].tolist() == pytest.approx(
+        fast.requests["first_token_ms"].tolist())
+    assert len(fast.iterations) == len(slow.iterations)

@@ -60,7 +60,11 @@ Peak-memory-aware admission (section 5.1, after LightLLM): a waiting request is 
 the predicted peak KV use of the running requests and it (each growing by one KV per token until
 its predicted end, then freeing everything) stays within M. The test is skipped when even the
 sum of every request's predicted final size fits (the paper's "memory threshold", section 6.4).
-When KVs still run short (a prediction was too low), the running decodes of lowest priority that
+A refused request does not stop the scan (Algorithm 1, line 9: ``continue``). The running
+requests' predictions used by the test are redone every PREDICTION_REFRESH finishes and after a
+preemption, not at every finish (a choice, for speed: D_i moves little from one finish to the
+next). An iteration in which no waiting request can start is decodes only and leaves the
+monitor's window and γ as they are (``_decodes_only``). When KVs still run short (a prediction was too low), the running decodes of lowest priority that
 are not in the batch are preempted (recompute), as vLLM does: SOLA itself excludes preemption.
 """
 
@@ -84,10 +88,11 @@ TILE_TOKENS = 128
 WINDOW_ITERATIONS = 8
 ALPHA = 0.5
 PRIOR_OUTPUT_TOKENS = 256
-MEMORY_REJECTIONS = 4  # candidates refused by the peak-memory test before the scan stops
+PREDICTION_REFRESH = 16  # finishes after which the running requests' predictions are redone
 CANDIDATE_WINDOW = 32  # waiting requests SOLA reads per iteration (earliest TTFT deadline first)
 MAX_DEADLINE_MS = 1e15  # the deadline of a request without a TTFT target
 UNTIL_ARRIVAL = Steady(math.inf, until_arrival=True)
+BLOCKED = Steady(math.inf, until_arrival=False)
 
 
 @dataclass
@@ -189,12 +194,14 @@ class Sola(IterationPolicy):
         self.tpot_target: list[float] = []
         self.first_ms: list[float] = []
         self.deadlines: list[float] = []
-        self.version = 0  # counts starts, finishes and preemptions (the peak cache's key)
-        self.peak_cache: tuple[int, list[tuple[int, int]]] | None = None
+        self.running_peak = _RunningPeak()
         self.last_prediction0 = 0.0
         self.last_decode_ms = 0.0
         self.last_start = -1.0
         self.mode = "ttft"
+        self.blocked = False  # this iteration's batch is decodes only: nothing could start
+        self.arrivals_sorted: list[float] = []
+        self.later_min_rank: list[float] = []
         self.level = 1.0  # a of the a%-level maximum (1: the plain maximum)
         self.predictions = 0
         self.abs_error_sum = 0.0
@@ -222,10 +229,15 @@ class Sola(IterationPolicy):
         self.first_ms = replica.state.first_ms
         deadlines = self.priority_keys(replica.instance)
         self.deadlines = [float(deadlines[i]) for i in replica.by_rank]  # by rank: sorted
+        # the most urgent rank among the requests arriving at or after each arrival time
+        by_arrival = np.argsort(replica.instance.arrival_ms, kind="stable")
+        self.arrivals_sorted = replica.instance.arrival_ms[by_arrival].tolist()
+        ranks = np.asarray(replica.rank_of)[by_arrival]
+        self.later_min_rank = [*np.minimum.accumulate(ranks[::-1])[::-1].tolist(), math.inf]
 
     def finished(self, replica: Replica, i: int) -> None:
         self.lengths.add(replica.I[i], replica.O[i])
-        self.version += 1
+        self.running_peak.finished(i)
 
     # ------------------------------------------------------------------ state
 
@@ -280,7 +292,9 @@ class Sola(IterationPolicy):
     def next_batch(self, r: Replica) -> Batch | None:
         assert self.cost is not None
         self._observe_last(r)
-        if not r.waiting and not r.prefilling:
+        self.blocked = False
+        if not r.prefilling and (not r.waiting or self._nothing_can_start(r)):
+            self.blocked = bool(r.waiting)
             return self._decodes_only(r)
         now = r.t
         arr, first = r.arr, self.first_ms
@@ -295,11 +309,7 @@ class Sola(IterationPolicy):
         for i in (*waiting, *prefilling, *decoders):
             f = first[i]
             ttft_ratio[i] = ((now if math.isnan(f) else f) - arr[i]) / ttft_t[i]
-        gen = {i: self._generated(r, i) for i in decoders}
-        tpot_now: dict[int, float] = {}
-        for i in decoders:
-            g = gen[i]
-            tpot_now[i] = (now - first[i]) / (g - 1) if g >= 2 else 0.0
+        gen, tpot_now = self._decode_state(r, decoders)
         tpot_ratio = [tpot_now[i] / tpot_t[i] for i in decoders if tpot_now[i] > 0]
         # the waiting requests beyond the window: how many are past their TTFT target
         late_beyond = (bisect.bisect_left(r.waiting, bisect.bisect_left(self.deadlines, now))
@@ -322,20 +332,37 @@ class Sola(IterationPolicy):
         self._remember_prediction(r, b)
         return b
 
+    def _nothing_can_start(self, r: Replica) -> bool:
+        """Whether no waiting request in the window can start now: every slot is taken, or
+        each one's KVs exceed the free memory or its predicted peak the capacity (section
+        5.1). Until a request arrives or finishes this stays so (free memory only shrinks and
+        the predictions change only at a finish), and eqs 1 and 2 have nothing to choose."""
+        if r.n_running >= r.J:
+            return True
+        peak = _PeakMemory(self, r)
+        free = r.M - r._held()
+        by_rank = r.by_rank
+        return not any(peak.fits(by_rank[k], free) for k in r.waiting[:CANDIDATE_WINDOW])
+
     def _decodes_only(self, r: Replica) -> Batch | None:
-        """Nothing waits or is in a prefill: every decode runs (eq 1 leaves k_i = C, eq 2
-        admits nothing), and the state is left as it is, so that a run of such iterations
-        (``steady``) and the same iterations one by one schedule alike."""
+        """Nothing is in a prefill and no waiting request can start: every decode runs (eq 1
+        leaves k_i = C, eq 2 admits nothing). The monitor's window and γ are left as they are:
+        such an iteration is no choice of SOLA's, and a run of them (``steady``) and the same
+        iterations one by one schedule alike."""
         decoders = [*r.stream.members, *r.idle]
         if not decoders:
             return None
         b = Batch(r.M - r._held(), r.C, r.C)
-        gen = {i: self._generated(r, i) for i in decoders}
-        now = r.t
-        tpot_now = {i: (now - self.first_ms[i]) / (g - 1) if g >= 2 else 0.0
-                    for i, g in gen.items()}
-        self._add_decodes(r, b, decoders, gen, tpot_now, limit=math.inf)
+        self._add_decodes(r, b, decoders, None, None, limit=math.inf)
         return None if b.empty else b
+
+    def _decode_state(self, r: Replica, decoders: list[int]
+                      ) -> tuple[dict[int, int], dict[int, float]]:
+        """Generated tokens and real-time TPOT of each decoding request (section 4.3)."""
+        gen = {i: self._generated(r, i) for i in decoders}
+        now, first = r.t, self.first_ms
+        tpot_now = {i: (now - first[i]) / (g - 1) if g >= 2 else 0.0 for i, g in gen.items()}
+        return gen, tpot_now
 
     def _prefill_order(self, r: Replica, waiting: list[int], prefilling: list[int],
                        ttft_ratio: dict[int, float]) -> list[int]:
@@ -398,18 +425,19 @@ class Sola(IterationPolicy):
                 if c == 0 and tokens == 0:
                     c = min(rest, TILE_TOKENS, C)  # at least one tile: prefills progress
                 if c > 0:
-                    self._take_prefill(r, b, i, c, waiting)
+                    self._take_prefill(r, b, i, c, waiting, peak)
                     tokens += c
                 return max(tokens, TILE_TOKENS)
-            self._take_prefill(r, b, i, c, waiting)
+            self._take_prefill(r, b, i, c, waiting, peak)
             mc, cc, tokens = mc + mi * c, cc + c * c, tokens + c
         return r.C
 
-    def _take_prefill(self, r: Replica, b: Batch, i: int, c: int, waiting: bool) -> None:
+    def _take_prefill(self, r: Replica, b: Batch, i: int, c: int, waiting: bool,
+                      peak: _PeakMemory) -> None:
         if waiting:
-            self.version += 1
             r.take_waiting(i)
             r.admit(i, c, r.S[i], b)
+            peak.started(i)
         else:
             b.add_chunk(i, c)
 
@@ -424,23 +452,23 @@ class Sola(IterationPolicy):
         arr, S, m = r.arr, r.S, r.m
         peak = _PeakMemory(self, r)
         decode_ms = gamma * cost.decode_ms0(b.n_dec, self._decode_kv(r, b))
-        own = [gamma * cost.prefill_ms0(m[i] * (S[i] - m[i]), (S[i] - m[i]) ** 2, S[i] - m[i])
-               for i in order]
+        fresh = [k for k, i in enumerate(order) if r.gen[i] == 0]  # not refills
         mc = cc = tokens = 0.0
         for pos, i in enumerate(order):
             if b.tokens < 1:
                 return
             if b.n_dec or tokens:  # an idle GPU helps nobody: the first prefill always runs
                 iteration_ms = gamma * cost.prefill_ms0(mc, cc, tokens) + decode_ms
-                rest = [k for k in range(pos, len(order)) if r.gen[order[k]] == 0]
                 # the remaining prefills are in descending predicted TTFT order: eq 2's
                 # (a%-level) maximum is the first (the one after the worst 1 − a) of them
-                at = int((1.0 - self.level) * len(rest))
-                if at >= len(rest):
+                first = bisect.bisect_left(fresh, pos)
+                at = first + int((1.0 - self.level) * (len(fresh) - first))
+                if at >= len(fresh):
                     return
-                k = rest[at]
-                j = order[k]
-                if (now - arr[j] + iteration_ms + own[k]) / self.ttft_target[j] <= 1:
+                j = order[fresh[at]]
+                rest = S[j] - m[j]
+                own = gamma * cost.prefill_ms0(m[j] * rest, rest * rest, rest)
+                if (now - arr[j] + iteration_ms + own) / self.ttft_target[j] <= 1:
                     return  # eq 2 holds: the remaining prefills wait
             waiting = r.status[i] != RUNNING
             if waiting and (r.n_running >= r.J or not peak.admits(i, b.free)):
@@ -449,7 +477,7 @@ class Sola(IterationPolicy):
             if c <= 0:
                 return
             mi = m[i]
-            self._take_prefill(r, b, i, c, waiting)
+            self._take_prefill(r, b, i, c, waiting, peak)
             mc, cc, tokens = mc + mi * c, cc + c * c, tokens + c
 
     def _decode_kv(self, r: Replica, b: Batch) -> float:
@@ -457,11 +485,13 @@ class Sola(IterationPolicy):
             return float(r.stream.kv() + sum(r.m[i] for i in r.idle))
         return float(sum(r.m_of(i) for i in b.dec))
 
-    def _add_decodes(self, r: Replica, b: Batch, decoders: list[int], gen: dict[int, int],
-                     tpot_now: dict[int, float], limit: float) -> None:
+    def _add_decodes(self, r: Replica, b: Batch, decoders: list[int],
+                     gen: dict[int, int] | None, tpot_now: dict[int, float] | None,
+                     limit: float) -> None:
         """Decodes by descending predicted TPOT over target, up to ``limit`` of them; when
         KVs are short, the lowest-priority running requests outside the batch are
-        preempted."""
+        preempted. The decode state (``_decode_state``) is read only when they do not all
+        fit."""
         if not decoders:
             return
         limit = min(limit, b.tokens)
@@ -470,6 +500,8 @@ class Sola(IterationPolicy):
             b.free -= needs
             b.add_all_decodes(len(decoders))
             return
+        if gen is None or tpot_now is None:
+            gen, tpot_now = self._decode_state(r, decoders)
         order = self._decode_order(r, decoders, gen, tpot_now)
         chosen = order[:max(int(limit), 0)]
         need = {i: r.decode_needs(i) for i in chosen}
@@ -482,7 +514,7 @@ class Sola(IterationPolicy):
                 total -= need.pop(victim)
             b.free += r.held_by(victim)
             r.evict(victim)
-            self.version += 1
+            self.running_peak.invalidate()
         if chosen and total <= b.free:
             b.free -= total
             b.add_decodes(chosen)
@@ -514,10 +546,19 @@ class Sola(IterationPolicy):
         self.last_start = r.t
 
     def steady(self, r: Replica, b: Batch) -> Steady | None:
-        """A decode-only batch of every decoder comes back until an arrival when nothing waits
-        or is in a prefill: with no prefill, eq 1 leaves k_i = C and eq 2 admits nothing."""
-        if r.waiting or r.prefilling:
+        """A decode-only batch of every decoder comes back, until a finish (which the replica
+        stops at), when nothing is in a prefill and nothing waiting can start
+        (``_nothing_can_start``): with no prefill, eq 1 leaves k_i = C and eq 2 admits
+        nothing. It comes back past arrivals too when the window of waiting requests SOLA
+        reads is full and no request still to arrive would enter it (its TTFT deadline is
+        later than the window's last: always so when every request has the same target);
+        otherwise only until the next arrival."""
+        if r.prefilling or (r.waiting and not self.blocked):
             return None
+        if len(r.waiting) >= CANDIDATE_WINDOW:
+            later = bisect.bisect_left(self.arrivals_sorted, r.t)
+            if self.later_min_rank[later] > r.waiting[CANDIDATE_WINDOW - 1]:
+                return BLOCKED
         return UNTIL_ARRIVAL
 
     @property
@@ -530,54 +571,122 @@ def _share_met(ratios: list[float]) -> float:
     return sum(1 for x in ratios if x <= 1) / len(ratios) if ratios else 1.0
 
 
-class _PeakMemory:
-    """Section 5.1: the predicted peak KV use of the running requests plus a candidate, each
-    growing one KV per generated token until its predicted end, then freeing all of it.
+class _RunningPeak:
+    """The running requests' predicted (tokens left, KVs now) for the peak-memory test, kept
+    across iterations. Decoding moves one KV from left to now and leaves every final size, hence
+    the peak, unchanged; a request that starts is added, one that finishes removed. The
+    predictions are made afresh after a preemption and every PREDICTION_REFRESH finishes (the
+    output-length distribution they come from moves little from one finish to the next; a
+    choice of ours, for speed)."""
 
-    Two shortcuts keep it cheap: the check is skipped when even every request growing by the
-    longest remaining length any prediction can give fits (the paper's memory threshold, section
-    6.4), and after MEMORY_REJECTIONS candidates are refused in one iteration the rest are
-    refused without a check (our choice: the paper does not bound the scan)."""
+    def __init__(self) -> None:
+        self.items: dict[int, tuple[int, int]] | None = None
+        self.profile: _PeakProfile | None = None
+        self.finishes = 0
+
+    def invalidate(self) -> None:
+        self.items, self.profile = None, None
+
+    def load(self, policy: Sola, r: Replica) -> dict[int, tuple[int, int]]:
+        if self.items is None:
+            self.items = {i: (policy.predicted_left(r, i), max(r.m_of(i), r.reserve_to[i]))
+                          for i in r.running()}
+            self.finishes = 0
+        return self.items
+
+    def peak_profile(self) -> _PeakProfile:
+        if self.profile is None:
+            self.profile = _PeakProfile(list((self.items or {}).values()))
+        return self.profile
+
+    def started(self, i: int, item: tuple[int, int]) -> None:
+        if self.items is not None:
+            self.items[i] = item
+            self.profile = None
+
+    def finished(self, i: int) -> None:
+        self.finishes += 1
+        if self.items is None:
+            return
+        if self.finishes >= PREDICTION_REFRESH:
+            self.invalidate()
+        else:
+            del self.items[i]
+            self.profile = None
+
+
+class _PeakMemory:
+    """Section 5.1, for one iteration: the predicted peak KV use of the running requests plus a
+    candidate, each growing one KV per generated token until its predicted end, then freeing
+    all of it (LightLLM's rule).
+
+    Algorithm 1 goes on to the next candidate after a refusal (line 9), so a small request may
+    start past a large one refused. Two things keep it cheap: the check is skipped when even
+    every request growing by the longest remaining length any prediction can give fits (the
+    paper's memory threshold, section 6.4), and the peak with one candidate is a query of
+    O(log n) on a :class:`_PeakProfile` of the running requests (:class:`_RunningPeak`)."""
 
     def __init__(self, policy: Sola, r: Replica) -> None:
         self.policy, self.r = policy, r
-        self.items: list[tuple[int, int]] | None = None  # (tokens left, KVs now)
         self.count = r.n_running
         self.longest_left = policy.lengths.longest_left()
-        self.rejections = 0
 
-    def _load(self) -> list[tuple[int, int]]:
-        """The running requests' (left, now). Decoding moves one KV from left to now and
-        leaves every final size, hence the peak, unchanged: the list is kept across
-        iterations until a request starts, finishes or is preempted."""
-        if self.items is None:
-            r, policy = self.r, self.policy
-            if policy.peak_cache is not None and policy.peak_cache[0] == policy.version:
-                self.items = list(policy.peak_cache[1])
-            else:
-                self.items = [(policy.predicted_left(r, i), max(r.m_of(i), r.reserve_to[i]))
-                              for i in r.running()]
-                policy.peak_cache = (policy.version, list(self.items))
-        return self.items
+    def _quick(self, need: int, free: float) -> bool:
+        r = self.r
+        return (self.count == 0
+                or (r.M - free) + need + (self.count + 1) * self.longest_left <= r.M)
 
-    def admits(self, i: int, free: float) -> bool:
-        """Whether waiting request i fits now and at the predicted peak; counts it in if so."""
+    def _peak_with(self, left: int, now: int) -> float:
+        running = self.policy.running_peak
+        running.load(self.policy, self.r)
+        return running.peak_profile().peak_with(left, now)
+
+    def fits(self, i: int, free: float) -> bool:
+        """Whether waiting request i would pass :meth:`admits` now (nothing is counted)."""
         r = self.r
         need = r.S[i]
-        if need > free or self.rejections >= MEMORY_REJECTIONS:
+        if need > free:
             return False
-        quick = (self.count == 0
-                 or (r.M - free) + need + (self.count + 1) * self.longest_left <= r.M)
-        if quick and self.items is None:
-            self.count += 1
-            return True
-        cand = (self.policy.predicted_left(r, i), need)
-        if not quick and _peak([*self._load(), cand]) > r.M:
-            self.rejections += 1
+        return (self._quick(need, free)
+                or self._peak_with(self.policy.predicted_left(r, i), need) <= r.M)
+
+    def admits(self, i: int, free: float) -> bool:
+        """Whether waiting request i fits now and at the predicted peak; counts it in if so
+        (:meth:`started` records it when it does start)."""
+        if not self.fits(i, free):
             return False
-        self._load().append(cand)
         self.count += 1
         return True
+
+    def started(self, i: int) -> None:
+        r = self.r
+        self.policy.running_peak.started(i, (self.policy.predicted_left(r, i), r.S[i]))
+
+
+class _PeakProfile:
+    """The peak of :func:`_peak` over fixed items plus any one candidate, in O(log n) a query.
+
+    Items sorted by descending ``left``; with ``H_k`` the KVs now of the first k and
+    ``v_k = H_k + k·left_k``, a candidate (l, n) placed after the p items with left ≥ l gives
+    ``max(max_{k≤p} v_k, H_p + n + (p+1)·l, max_{k>p} (v_k + left_k) + n)``."""
+
+    def __init__(self, items: list[tuple[int, int]]) -> None:
+        data = np.array(items, dtype=np.float64).reshape(-1, 2)
+        data = data[np.argsort(-data[:, 0], kind="stable")]
+        left, now = data[:, 0], data[:, 1]
+        held = np.cumsum(now)
+        values = held + np.arange(1, len(left) + 1) * left
+        self.neg_left = (-left).tolist()  # ascending, for bisect
+        self.held = [0.0, *held.tolist()]
+        self.prefix_max = [0.0, *np.maximum.accumulate(values).tolist()] if len(left) else [0.0]
+        tail = np.maximum.accumulate((values + left)[::-1])[::-1] if len(left) else values
+        self.suffix_max = [*tail.tolist(), -math.inf]
+
+    def peak_with(self, left: int, now: int) -> float:
+        p = bisect.bisect_right(self.neg_left, -left)  # items with left >= the candidate's
+        return max(self.prefix_max[p], self.held[p] + now + (p + 1) * left,
+                   self.suffix_max[p] + now)
+
 
 def _peak(items: list[tuple[int, int]]) -> float:
     """max over t of Σ_{left_j ≥ t} (now_j + t), checked at each t = left_k."""
