@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import platform
@@ -49,6 +50,14 @@ def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def docs_parser(description: str | None) -> argparse.ArgumentParser:
+    """An argument parser with ``--write-docs`` (results into the docs; default: printed)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write the results into the docs (default: print them only)")
+    return ap
 
 
 def publish(write: bool, name: str, body: str, path: Path = BENCHMARKS_MD) -> None:

@@ -7,14 +7,13 @@ docs/reproduction.md and a chart docs/img/pang_cases.png. Usage::
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _common import ROOT, command_line, header, publish
+from _common import ROOT, command_line, docs_parser, header, publish
 
 from llmopt.experiments.case_study import case_study_summary, pang_case_study
 
@@ -22,10 +21,8 @@ REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = docs_parser(__doc__)
     ap.add_argument("--cases", type=int, default=100)
-    ap.add_argument("--write-docs", action="store_true",
-                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     frame = pang_case_study(args.cases)

@@ -6,11 +6,10 @@ every policy. Writes the ``replay-pd`` section of docs/benchmarks.md. Usage::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
-from _common import ROOT, command_line, header, publish
+from _common import ROOT, command_line, docs_parser, header, publish
 
 from llmopt.data.instance import load_instance
 from llmopt.policies.replay import replay
@@ -19,10 +18,8 @@ POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = docs_parser(__doc__)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--write-docs", action="store_true",
-                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     inst = load_instance(ROOT / "instances" / "paper" / "gsm8k-llama65b.yaml")
     rows = []

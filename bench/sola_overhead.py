@@ -11,11 +11,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
-from _common import ROOT, command_line, header, publish, require_data
+from _common import ROOT, command_line, docs_parser, header, publish, require_data
 
 from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.data.slo import SloSpec
@@ -58,10 +57,8 @@ def policy_calls(inst) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = docs_parser(__doc__)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--write-docs", action="store_true",
-                    help="write the results into the docs (default: print them only)")
     args = ap.parse_args()
     inst = with_slos()
     medians, rows = {}, []

@@ -111,19 +111,24 @@ def test_best_bound_names_the_first_bound_reaching_the_best_value():
     assert (value, name) == (14, "ceil(sum/J)") and list(values) == ["ceil(sum/J)"]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(small)
-def test_bin_completion_decides_exactly(case):
-    weights, machines = case
+def assert_decides_exactly(fits, weights: list[int], machines: int) -> int:
+    """``fits`` packs at the brute-force optimum and refutes one below it; the optimum."""
     optimum = brute_force_makespan(weights, machines)
     far = time.perf_counter() + 30
-    yes = pcmax_search.fits(weights, machines, optimum, far)
+    yes = fits(weights, machines, optimum, far)
     assert yes.status == "feasible"
     loads = np.bincount(yes.assign, weights=weights, minlength=machines)
     assert len(loads) == machines and loads.max() <= optimum
     if optimum > 1:
-        assert pcmax_search.fits(weights, machines, optimum - 1, far).status == "infeasible"
+        assert fits(weights, machines, optimum - 1, far).status == "infeasible"
+    return optimum
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(small)
+def test_bin_completion_decides_exactly(case):
+    assert_decides_exactly(pcmax_search.fits, *case)
 
 
 def test_minimize_climbs_from_the_bound_to_the_optimum():
@@ -186,14 +191,8 @@ def test_complete_search_proof_is_named_as_such():
 @given(small)
 def test_arc_flow_decides_exactly_and_its_lp_bound_is_valid(case):
     weights, machines = case
-    optimum = brute_force_makespan(weights, machines)
+    optimum = assert_decides_exactly(pcmax_arcflow.fits, weights, machines)
     far = time.perf_counter() + 30
-    yes = pcmax_arcflow.fits(weights, machines, optimum, far)
-    assert yes.status == "feasible"
-    loads = np.bincount(yes.assign, weights=weights, minlength=machines)
-    assert len(loads) == machines and loads.max() <= optimum
-    if optimum > 1:
-        assert pcmax_arcflow.fits(weights, machines, optimum - 1, far).status == "infeasible"
     lower = max(1, -(-sum(weights) // machines), max(weights))
     assert lower <= pcmax_arcflow.lp_bound(weights, machines, lower, optimum, far) <= optimum
 

@@ -481,6 +481,20 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
     def show() -> None:  # the incumbent and the bound so far
         progress.incumbent(bp.to_ms(ub), bp.to_ms(bound.tokens), " ms")
 
+    def settle(decision: pcmax_search.Decision | pcmax_arcflow.ArcFlowDecision, t: int,
+               method: str, bound_name: str, searched_by: str) -> Result | bool:
+        """A decision at makespan ``t``: the proven result when it packed every request, True
+        when it refuted ``t`` (the bound is raised), False when it could not decide."""
+        if decision.status == "feasible":
+            assign[:] = decision.assign
+            return finish("optimal", proof=f"{method} packed every request within {t} tokens; "
+                                           f"lower bound {bound.text}")
+        if decision.status == "infeasible":
+            bound.raise_to(t + 1, bound_name, _searched(t, searched_by))
+            show()
+            return True
+        return False
+
     show()
     if ub == bound.tokens:
         return meets(ub)
@@ -521,15 +535,11 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                     slice_s = min(slice_s, BC_FIRST_S)
                 slice_end = start + slice_s
                 first_round = False
-                decision: pcmax_search.Decision | pcmax_arcflow.ArcFlowDecision
-                decision = pcmax_search.fits(bp.weights, bp.bins, t, slice_end)
-                if decision.status == "feasible":
-                    assign[:] = decision.assign
-                    return finish("optimal", proof=f"bin completion packed every request "
-                                                   f"within {t} tokens; lower bound {bound.text}")
-                if decision.status == "infeasible":
-                    bound.raise_to(t + 1, "complete search", _searched(t, "bin completion"))
-                    show()
+                outcome = settle(pcmax_search.fits(bp.weights, bp.bins, t, slice_end), t,
+                                 "bin completion", "complete search", "bin completion")
+                if isinstance(outcome, Result):
+                    return outcome
+                if outcome:
                     continue
                 search_useful = time.perf_counter() >= slice_end - 0.01
             if use_arcs and deadline - time.perf_counter() > arc_build_s:
@@ -547,15 +557,12 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 progress.stage(f"arc-flow MIP at makespan {t} tokens")
                 left = deadline - time.perf_counter()
                 share = AF_SHARE if lns else 1.0
-                decision = pcmax_arcflow.fits(bp.weights, bp.bins, t,
-                                              time.perf_counter() + share * left)
-                if decision.status == "feasible":
-                    assign[:] = decision.assign
-                    return finish("optimal", proof=f"the arc-flow MIP packed every request "
-                                                   f"within {t} tokens; lower bound {bound.text}")
-                if decision.status == "infeasible":
-                    bound.raise_to(t + 1, "arc-flow", _searched(t, "the arc-flow MIP (HiGHS)"))
-                    show()
+                outcome = settle(pcmax_arcflow.fits(bp.weights, bp.bins, t,
+                                                    time.perf_counter() + share * left), t,
+                                 "the arc-flow MIP", "arc-flow", "the arc-flow MIP (HiGHS)")
+                if isinstance(outcome, Result):
+                    return outcome
+                if outcome:
                     continue
             if lns:
                 ran = True
