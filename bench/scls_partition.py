@@ -5,6 +5,7 @@ answers. Prints markdown and the machine; writes docs/benchmarks.md only with --
    the exact CP-SAT counts model (all partitions, :func:`llmopt.problems.scls.partition.
    counts_model`) and, up to 9 requests, brute force over every partition; on the 40-request
    pools also the weaker assignment model. Does the DP's contiguity lose optimality?
+   Scaling: pools of ``--large`` requests, DP and the counts model.
 2. Offloading: ``--periods`` periods of 60–200 requests batched by the DP under Algorithm 2's
    memory rule, offloaded to ``--instances`` empty workers by max-min (eq 11) and by the exact
    P||Cmax assignment (llmopt.problems.pang.binpacking, 1 ms units): the gap of max-min.
@@ -14,7 +15,7 @@ to 1–1024, a third) or drawn from five values (ties, a third); S from {16, 128
 eq 9 with ζ (the profile's) or Algorithm 2, alternating. Usage::
 
     python bench/scls_partition.py [--pools 200] [--periods 100] [--instances 4]
-        [--time-limit 10] [--workers 1] [--seed 0] [--write-docs]
+        [--time-limit 10] [--workers 1] [--large 100 400 1000] [--seed 0] [--write-docs]
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def main() -> None:
     ap.add_argument("--instances", type=int, default=4, help="workers for the offloading")
     ap.add_argument("--time-limit", type=float, default=10.0, help="per CP-SAT solve (s)")
     ap.add_argument("--workers", type=int, default=1, help="CP-SAT threads")
+    ap.add_argument("--large", type=int, nargs="*", default=[100, 400, 1000],
+                    help="pool sizes of the scaling check (3 pools each, Algorithm 2, S = 128)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
@@ -90,6 +93,17 @@ def main() -> None:
     forty = [r for r in rows if r["n"] == 40]
     assign_rows = [r for r in forty if r["assign_status"] is not None]
 
+    large = []
+    for n in args.large:
+        for kind in range(3):
+            for profile in (hf, ds):
+                pool = Pool.of(lengths_for(rng, n, kind), profile, 128)
+                t0 = time.perf_counter()
+                dp = pool.total_ms(dp_batches(pool))
+                dp_s = time.perf_counter() - t0
+                exact = solve_pool(pool, "cpsat", args.time_limit, workers=args.workers)
+                large.append((n, profile.memory_rule, dp, dp_s, exact))
+
     periods = []
     for _ in range(args.periods):
         n = int(rng.integers(60, 201))
@@ -124,6 +138,25 @@ def main() -> None:
              f"| batches per pool: median / max | "
              f"{statistics.median(r['batches'] for r in rows):g} / "
              f"{max(r['batches'] for r in rows)} |"]
+    if large:
+        lines += ["", f"- Scaling: pools of {', '.join(map(str, args.large))} requests (three "
+                  f"length distributions × both memory rules, S = 128)", "",
+                  "| requests | rule | exact proven | DP = proven optimum | DP above CP-SAT's "
+                  "incumbent | DP vs CP-SAT bound, max gap | exact max s | DP max s | "
+                  "batches (max) |", "|---|---|---|---|---|---|---|---|---|"]
+        for n in args.large:
+            for rule in ("zeta", "deepspeed"):
+                sel = [x for x in large if x[0] == n and x[1] == rule]
+                same = sum(x[4].status == "optimal"
+                           and abs(x[2] - x[4].objective) <= 1e-6 * x[2] for x in sel)
+                above = sum(x[2] > x[4].objective * (1 + 1e-6) for x in sel)
+                gap = max((x[2] - x[4].bound) / x[2] for x in sel if x[4].bound is not None)
+                lines.append(
+                    f"| {n} | {rule} | {sum(x[4].status == 'optimal' for x in sel)}/{len(sel)}"
+                    f" | {same}/{sum(x[4].status == 'optimal' for x in sel)} | {above} | "
+                    f"{max(gap, 0.0):.2%} | {max(x[4].runtime_s for x in sel):.3f} | "
+                    f"{max(x[3] for x in sel):.3f} | "
+                    f"{max(len(x[4].data['batches']) for x in sel)} |")
     gaps = [p.gap for p in periods]
     lines += ["", f"- Offloading: {len(periods)} periods of 60–200 requests, DP batches "
               f"(Algorithm 2, S = 128) onto {args.instances} empty workers; exact P||Cmax on "

@@ -250,6 +250,9 @@ def counts_model(pool: Pool, hint: Sequence[Sequence[int]] | None = None
         s.t. y_v ≤ c_v,   y_v ≤ n_v ≤ N_max(L_v, S)·y_v             (eq 8/9 or Algorithm 2)
              Σ_v n_v = n,   Σ_{v≥p} n_v ≥ r_p  for every p          (Hall's condition)
 
+    and, redundant (for the relaxation), Σ_{v≥p} y_v ≥ ⌈r_p / max_{v≥p} N_max(L_v, S)⌉: the
+    requests of length ≥ L_p need that many batches padded to L_p or more.
+
     A partition gives (y, n) of its cost: each batch padded to L_v holds a request of length
     L_v, and the requests of length ≥ L_p all sit in batches padded to L_p or more. Conversely,
     a feasible (y, n) is a partition of that cost: give each of the y_v batches a request of
@@ -267,10 +270,12 @@ def counts_model(pool: Pool, hint: Sequence[Sequence[int]] | None = None
         m.add(y[v] <= size[v])
         m.add(size[v] <= lv.cap[v] * y[v])
     m.add(sum(size) == n)
-    suffix = 0
+    suffix, top = 0, 0
     for p in reversed(range(K)):
         suffix += count[p]
+        top = max(top, lv.cap[p])
         m.add(sum(size[p:]) >= suffix)
+        m.add(sum(y[p:]) >= -(-suffix // top))  # redundant, for the relaxation
     m.minimize(sum(lv.batch_ns[v] * y[v] + lv.member_ns[v] * size[v] for v in range(K)))
     if hint is not None:
         hy, hn = [0] * K, [0] * K
