@@ -80,8 +80,6 @@ class SclsProfile(CostProfile):
     kv_bytes_per_token: Annotated[float, Field(gt=0, le=1e12)]  # Δ (eq 5)
     zeta: Annotated[float, Field(gt=0, le=1)] = 1.0  # ζ (eq 9); 1 gives eq 7
     deepspeed_rules: tuple[DeepSpeedRule, ...] = ALGORITHM_2
-    max_input_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None
-    max_generation_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None
 
     def time_coefficients(self) -> list[float]:
         return [self.prefill.c1, self.prefill.c2, self.prefill.c3, self.prefill.c4,
