@@ -25,7 +25,7 @@ import statistics
 import time
 
 import numpy as np
-from _common import command_line, header, publish, python_loop_s
+from _common import command_line, docs_parser, header, publish, python_loop_s
 
 from llmopt.data.cost import load_profile
 from llmopt.problems.scls.offload import compare_with_exact
@@ -43,8 +43,8 @@ def lengths_for(rng: np.random.Generator, n: int, kind: int) -> np.ndarray:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = docs_parser(__doc__)
+    ap.formatter_class = argparse.RawDescriptionHelpFormatter
     ap.add_argument("--pools", type=int, default=200)
     ap.add_argument("--periods", type=int, default=100)
     ap.add_argument("--instances", type=int, default=4, help="workers for the offloading")
@@ -53,7 +53,6 @@ def main() -> None:
     ap.add_argument("--large", type=int, nargs="*", default=[100, 400, 1000],
                     help="pool sizes of the scaling check (3 pools each, Algorithm 2, S = 128)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     loops = [python_loop_s()]
     hf = load_profile(PROFILE)
