@@ -18,7 +18,7 @@ from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.errors import InstanceError, OptionError
 from llmopt.problems.api import solve as api_solve
 from llmopt.problems.slo_priority import exhaustive, sa
-from llmopt.problems.slo_priority.exact import solve_exact
+from llmopt.problems.slo_priority.exact import max_met_single, solve_exact
 from llmopt.problems.slo_priority.model import SloPriorityData, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,3 +253,19 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "huang-chat-code" / "slo-priority-sa.json").is_file()
+
+
+@pytest.mark.parametrize(("n", "max_batch", "seed"), [(5, 2, 30), (6, 3, 31), (6, 1, 32)])
+def test_dinkelbach_and_moore_hodgson_agree_with_brute_force(n: int, max_batch: int,
+                                                              seed: int) -> None:
+    reqs = random_requests(n, seed)
+    expected = brute_force(reqs, max_batch)
+    data = SloPriorityData.from_instance(make(reqs, max_batch))
+    out = solve_exact(data, ((*range(n),),) if max_batch >= n else tuple(
+        (i,) for i in range(n)), time_limit_s=30, method="dinkelbach")
+    assert out.proven and out.g_per_s == pytest.approx(expected, rel=1e-9)
+    # the most requests meeting their SLOs together, by brute force over orders
+    if max_batch == 1:
+        most = max(independent_g(reqs, order, (1,) * n)[0]
+                   for order in itertools.permutations(range(n)))
+        assert max_met_single(data) == most

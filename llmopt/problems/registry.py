@@ -82,7 +82,8 @@ PROBLEMS: dict[str, ProblemInfo] = {
              "seed": "sa: random seed", "acceptance": "sa: metropolis | literal",
              "t0": "sa: initial temperature", "t_thres": "sa: threshold temperature",
              "iters": "sa: moves per temperature", "tau": "sa: temperature decay",
-             "workers": "cpsat: CP-SAT threads"},
+             "workers": "cpsat: CP-SAT threads",
+             "method": "cpsat: parametric | dinkelbach"},
             solve="llmopt.problems.slo_priority.solve:solve"),
     ]
 }

@@ -34,6 +34,7 @@ upper bound within a relative 1e-9.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -86,8 +87,12 @@ def clock_decimals(data: SloPriorityData) -> tuple[int, bool]:
 
 
 class _Model:
-    def __init__(self, data: SloPriorityData, decimals: int) -> None:
-        self.data = data
+    def __init__(self, data: SloPriorityData, decimals: int, only_met: bool = False) -> None:
+        """``only_met``: the model places only the met requests (for the most requests that
+        can meet their SLOs together; valid when times do not decrease with the batch size,
+        ``monotone``: the others then run after them, and a met request's batch without
+        them is no slower)."""
+        self.data, self.only_met = data, only_met
         n, B = data.n, data.max_batch
         scale = 10 ** decimals
         self.scale = scale
@@ -107,22 +112,27 @@ class _Model:
         met = [m.new_bool_var(f"met{i}") for i in range(n)]
         m.add(start[0] == 0)
         for i in range(n):
-            m.add_exactly_one(x[i])
-            m.add(w[i][0] == 0)
-            m.add_exactly_one(w[i][1:])
+            m.add_exactly_one(w[i])
+            if only_met:
+                m.add(sum(x[i]) == met[i])
+                m.add(w[i][0] == met[i].Not())
+            else:
+                m.add_exactly_one(x[i])
+                m.add(w[i][0] == 0)
         for j in range(N):
             m.add_exactly_one(y[j])
             m.add(sum(x[i][j] for i in range(n)) == sum(s * y[j][s] for s in range(B + 1)))
             m.add(start[j + 1] == start[j] + dur[j])
             if j + 1 < N:
                 m.add_implication(y[j][0], y[j + 1][0])
-            if j < -(-n // B):
+            if j < -(-n // B) and not only_met:
                 m.add(y[j][0] == 0)  # at least ⌈n/B⌉ batches are non-empty
             for i in range(n):
                 for s in range(1, B + 1):
                     m.add_bool_or([x[i][j].Not(), y[j][s].Not(), w[i][s]])
                 exec_i = sum(ex[i][s] * w[i][s] for s in range(1, B + 1))
                 m.add(dur[j] >= exec_i).only_enforce_if(x[i][j])
+                m.add(dur[j] >= min(ex[i][1:]) * x[i][j])  # the same without big-M
                 m.add(st[i] >= start[j]).only_enforce_if(x[i][j])
         exec_expr = [sum(ex[i][s] * w[i][s] for s in range(1, B + 1)) for i in range(n)]
         for i in range(n):
@@ -146,9 +156,10 @@ class _Model:
         # valid cuts: batch j (of the first ⌈N/B⌉, all non-empty) starts after j batches each
         # lasting at least a distinct request's least execution time; t ≥ the lower bound
         e_min = sorted(min(row[1:]) for row in ex)
-        for j in range(1, min(N, -(-n // B)) + 1):
-            m.add(start[j] >= sum(e_min[:j]))
-        m.add(self.total >= math.floor(total_latency_lower_bound(data) * scale))
+        if not only_met:
+            for j in range(1, min(N, -(-n // B)) + 1):
+                m.add(start[j] >= sum(e_min[:j]))
+            m.add(self.total >= math.floor(total_latency_lower_bound(data) * scale))
         self.count = m.new_int_var(0, n, "n")
         m.add(self.count == sum(met))
         self.model, self.x, self.y, self.w, self.met = m, x, y, w, met
@@ -173,11 +184,15 @@ class _Model:
         m, data = self.model, self.data
         m.clear_hints()
         ev = evaluate(data, batches)
+        if self.only_met:  # the met requests' batches without the others
+            batches = tuple(kept for b in batches if (kept := tuple(i for i in b if ev.met[i])))
+        where = {i: j for j, b in enumerate(batches) for i in b}
         for i in range(data.n):
             for j in range(self.n_slots):
-                m.add_hint(self.x[i][j], ev.batch_of[i] == j)
+                m.add_hint(self.x[i][j], where.get(i) == j)
+            size = len(batches[where[i]]) if i in where else 0
             for s in range(self.data.max_batch + 1):
-                m.add_hint(self.w[i][s], len(batches[ev.batch_of[i]]) == s)
+                m.add_hint(self.w[i][s], size == s)
             m.add_hint(self.met[i], ev.met[i])
         for j in range(self.n_slots):
             size = len(batches[j]) if j < len(batches) else 0
@@ -191,7 +206,44 @@ class _Model:
             members = tuple(i for i in range(self.data.n) if v(self.x[i][j]))  # type: ignore
             if members:
                 batches.append(members)
+        if self.only_met:  # the others after them, in full batches
+            placed = {i for b in batches for i in b}
+            rest = [i for i in range(self.data.n) if i not in placed]
+            B = self.data.max_batch
+            batches.extend(tuple(rest[p:p + B]) for p in range(0, len(rest), B))
         return tuple(batches)
+
+
+def monotone(data: SloPriorityData) -> bool:
+    """Whether every request's prefill and decode times do not decrease with the batch size
+    (true for non-negative coefficients, e.g. Table 2)."""
+    B = data.max_batch
+    return all(t[i][s] <= t[i][s + 1] for t in (data.prefill_ms, data.decode_ms)
+               for i in range(data.n) for s in range(1, B))
+
+
+def max_met_single(data: SloPriorityData) -> int:
+    """With max batch 1, the most requests that can meet their SLOs together: Moore and
+    Hodgson's algorithm for 1||ΣU_j, request i due at slack_i + t_exec,i(1) (its latest start
+    plus its time); requests without a deadline (only a TPOT target that holds) are met
+    anywhere (last)."""
+    free = 0
+    jobs = []
+    for i in range(data.n):
+        sl = data.slack_ms[i][1]
+        if sl == math.inf:
+            free += 1
+        elif sl >= 0:
+            jobs.append((sl + data.exec_ms[i][1], data.exec_ms[i][1]))
+    jobs.sort()
+    heap: list[float] = []
+    clock = 0.0
+    for due, p in jobs:
+        heapq.heappush(heap, -p)
+        clock += p
+        if clock > due:
+            clock += heapq.heappop(heap)  # drop the longest so far
+    return len(heap) + free
 
 
 def total_latency_lower_bound(data: SloPriorityData) -> float:
@@ -208,7 +260,8 @@ def total_latency_lower_bound(data: SloPriorityData) -> float:
 
 
 def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
-                workers: int | None = None, progress: Progress = SILENT) -> ExactOutcome:
+                workers: int | None = None, progress: Progress = SILENT,
+                method: str = "parametric") -> ExactOutcome:
     """G* with proof, or the best plan found and a proven upper bound on G when time runs out.
     ``incumbent`` (e.g. SA's plan) gives the first G_inc and the solver's hints."""
     t_begin = time.perf_counter()
@@ -249,24 +302,53 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         return name, obj, bnd
 
     # 1. the most requests that can meet their SLOs together
-    progress.stage("CP-SAT: most requests meeting their SLOs")
-    mod.model.clear_objective()
-    mod.model.maximize(mod.count)
-    status, obj, bnd = run("max met", None)
-    if status == "OPTIMAL":
-        k_max = round(obj or 0)
-    elif bnd is not None:
-        k_max = min(n, math.floor(bnd + 1e-9))
+    if data.max_batch == 1:
+        k_max = max_met_single(data)
+        solves.append({"kind": "max met", "k": None, "status": "optimal (Moore-Hodgson)",
+                       "objective": k_max})
     else:
-        k_max = n
+        progress.stage("CP-SAT: most requests meeting their SLOs")
+        full = mod
+        if monotone(data):
+            mod = _Model(data, decimals, only_met=True)
+        mod.model.maximize(mod.count)
+        status, obj, bnd = run("max met", None)
+        mod = full
+        if status == "OPTIMAL":
+            k_max = round(obj or 0)
+        elif bnd is not None:
+            k_max = min(n, math.floor(bnd + 1e-9))
+        else:
+            k_max = n
     # 2. a lower bound on the total latency of any plan, T_min (a lower bound on every T_k)
     t_min_ms = max(total_latency_lower_bound(data), 1e-300)
     t_min_units = math.floor(t_min_ms * scale)
     mod.model.clear_objective()
     mod.model.minimize(mod.total)
-    # 3. for each k (from the top) that could beat the incumbent: T_k
     contributions: list[float] = []
-    k = k_max
+    if method == "dinkelbach" and k_max >= 1 and best.n_met >= 1:
+        # 3'. Dinkelbach: max n·T − N·t with G_inc = N / T; a plan of G > G_inc has a
+        # positive value; when none does, G_inc is optimal
+        mod.set_domain(mod.count, 0, k_max)
+        while True:
+            count, t_units = best.n_met, math.ceil(best.total_ms * scale)
+            g_before = g_inc
+            progress.stage(f"CP-SAT: Dinkelbach step at G = {g_inc:.6g} requests/s")
+            mod.model.clear_objective()
+            mod.model.maximize(mod.count * t_units - count * mod.total)
+            status, obj, bnd = run("dinkelbach", count)
+            if g_inc > g_before * (1 + PROOF_TOLERANCE):
+                continue
+            if bnd is None:
+                contributions.append(g_per_s(k_max, t_min_ms))
+            else:  # every plan: n·T − N·t ≤ bnd, so n / t ≤ N / T + bnd / (T · T_min)
+                per_unit = count / t_units + max(bnd, 0.0) / (t_units * max(t_min_units, 1))
+                contributions.append(per_unit * scale * 1000.0)
+            break
+        k = 0
+    else:
+        k = k_max
+    # 3. for each k (from the top) that could beat the incumbent: T_k
     while k >= 1 and g_per_s(k, t_min_ms) > g_inc:
         progress.stage(f"CP-SAT: least total latency with at least {k} requests meeting "
                        "their SLOs")

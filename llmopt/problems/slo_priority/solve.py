@@ -45,6 +45,7 @@ OPTIONS = {
     "iters": "sa: moves per temperature (default 100)",
     "tau": "sa: temperature decay (default 0.95)",
     "workers": "cpsat: CP-SAT threads (default 2)",
+    "method": "cpsat: parametric (default: T_k for each k) | dinkelbach",
 }
 
 
@@ -92,6 +93,9 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
         raise OptionError("must be a positive integer", field="--workers", value=workers)
+    method = options.get("method", "parametric")
+    if method not in ("parametric", "dinkelbach"):
+        raise OptionError("must be parametric or dinkelbach", field="--method", value=method)
     limit = time_limit_s if time_limit_s is not None else 60.0
     notes = [f"warning: {w}" for w in data.warnings]
     detail: dict[str, Any] = {}
@@ -125,7 +129,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         try:
             out = solve_exact(data, sa_out.batches, max(limit - (time.perf_counter()
                                                                  - t_start), 0.0),
-                              workers=workers, progress=progress)
+                              workers=workers, progress=progress, method=method)
         except KeyboardInterrupt:
             interrupted = True
             notes.append("interrupted: SA's plan and the simple bound are kept")
