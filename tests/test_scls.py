@@ -30,6 +30,7 @@ from llmopt.problems.scls.partition import (
     brute_force,
     dp_batches,
     dp_is_exact,
+    fcfs_batches,
     set_partitions,
     solve_pool,
 )
@@ -105,6 +106,15 @@ def test_memory_rules_by_hand():
         assert ds.out_of_memory(limit + 1, total - 1, 1)
 
 
+def test_fcfs_batches_in_pool_order():
+    pool = Pool.of([5, 900, 7, 3, 1000], load_profile(PROFILE), 128)
+    assert fcfs_batches(pool, 2) == [[0, 1], [2, 3], [4]]
+    tight = Pool.of([5, 900, 7], profile_with(memory_rule="deepspeed", deepspeed_rules=[
+        {"above_tokens": 0, "max_batch": 1}]), 128)
+    with pytest.raises(OptionError, match="batch_size"):
+        fcfs_batches(tight, 2)
+
+
 def test_set_partitions_are_bell_numbers():
     assert [sum(1 for _ in set_partitions(n)) for n in range(8)] == [1, 1, 2, 5, 15, 52, 203,
                                                                       877]
@@ -112,7 +122,8 @@ def test_set_partitions_are_bell_numbers():
     assert len({tuple(sorted(tuple(sorted(b)) for b in p)) for p in parts}) == 15
 
 
-def random_pools(seed: int, count: int, low: int, high: int, rule: str):
+def random_pools(seed: int, count: int, low: int, high: int, rule: str,
+                 max_size: int | None = None):
     rng = np.random.default_rng(seed)
     profile = (load_profile(PROFILE) if rule == "zeta" else profile_with(
         memory_rule="deepspeed", deepspeed_rules=[
@@ -122,12 +133,15 @@ def random_pools(seed: int, count: int, low: int, high: int, rule: str):
         lengths = rng.integers(1, 1025, n)
         if rng.random() < 0.5:  # repeated lengths (ties)
             lengths = rng.choice([10, 64, 300, 700, 1024], n)
-        yield Pool.of(lengths, profile, int(rng.choice([16, 128, 512])))
+        yield Pool.of(lengths, profile, int(rng.choice([16, 128, 512])), max_size=max_size)
 
 
-@pytest.mark.parametrize("rule", ["zeta", "deepspeed"])
-def test_dp_exact_and_brute_force_agree(rule):
-    for pool in random_pools(7 if rule == "zeta" else 8, 12, 3, 8, rule):
+@pytest.mark.parametrize(("rule", "max_size"), [("zeta", None), ("deepspeed", None),
+                                              ("zeta", 2)])
+def test_dp_exact_and_brute_force_agree(rule, max_size):
+    for pool in random_pools(7 if rule == "zeta" else 8, 12, 3, 8, rule, max_size):
+        if max_size is not None:
+            assert max(pool.max_batch(int(x)) for x in pool.lengths) <= max_size
         best, partition = brute_force(pool)
         assert all(pool.fits(b) for b in partition)
         dp = dp_batches(pool)

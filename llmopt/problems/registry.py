@@ -71,7 +71,8 @@ PROBLEMS: dict[str, ProblemInfo] = {
             "time for one slice, none out of memory (DP, or exact over all partitions)",
             ("dp", "cpsat", "brute"),
             {"slice_length": "slice length S (default 128)", "workers": "CP-SAT threads",
-             "formulation": "cpsat: counts (default) | assignment"},
+             "formulation": "cpsat: counts (default) | assignment",
+             "max_size": "at most this many requests per batch (PM: 12 DS, 16 HF)"},
             solve="llmopt.problems.scls.partition:solve"),
         ProblemInfo(
             "slo-priority", "bilinear", "Huang et al. 2025", "eqs 2–19, Algorithm 1",

@@ -69,25 +69,30 @@ class Pool:
     lengths: np.ndarray
     profile: SclsProfile
     slice_length: int
+    max_size: int | None = None  # a batch-size limit of the scheduler (PM's 12/16), if any
 
     @classmethod
-    def from_instance(cls, instance: Instance, slice_length: int = DEFAULT_SLICE_LENGTH) -> Pool:
+    def from_instance(cls, instance: Instance, slice_length: int = DEFAULT_SLICE_LENGTH,
+                      max_size: int | None = None) -> Pool:
         profile = instance.profile
         if not isinstance(profile, SclsProfile):
             raise ProfileError("slice-level batching needs an scls profile (eqs 1–9)",
                                file=instance.label(), field="model", value=profile.name)
-        pool = cls(tuple(instance.ids), instance.input_tokens.copy(), profile,
-                   check_slice_length(slice_length))
-        pool.check_each_fits(file=instance.label())
+        pool = cls.of(instance.input_tokens.tolist(), profile, slice_length, instance.ids,
+                      max_size, file=instance.label())
         return pool
 
     @classmethod
     def of(cls, lengths: Sequence[int], profile: SclsProfile, slice_length: int,
-           ids: Sequence[str] | None = None) -> Pool:
+           ids: Sequence[str] | None = None, max_size: int | None = None, *,
+           file: str | None = None) -> Pool:
         ids = tuple(ids) if ids is not None else tuple(f"r{i}" for i in range(len(lengths)))
+        if max_size is not None and (isinstance(max_size, bool) or max_size < 1):
+            raise OptionError("the batch-size limit must be an integer ≥ 1", field="max_size",
+                              value=max_size)
         pool = cls(ids, np.asarray(lengths, dtype=np.int64), profile,
-                   check_slice_length(slice_length))
-        pool.check_each_fits(file=None)
+                   check_slice_length(slice_length), max_size)
+        pool.check_each_fits(file=file)
         return pool
 
     @property
@@ -111,7 +116,10 @@ class Pool:
         return self.profile.serve_ms(batch, input_tokens, self.slice_length)
 
     def max_batch(self, input_tokens: int) -> int:
-        return self.profile.max_batch(input_tokens, self.slice_length)
+        """N_max(L_i, S) of the memory rule (eq 8/9 or Algorithm 2), and at most
+        ``max_size``."""
+        cap = self.profile.max_batch(input_tokens, self.slice_length)
+        return cap if self.max_size is None else min(cap, self.max_size)
 
     def batch_ms(self, members: Sequence[int]) -> float:
         """Serving time of a batch of these request indices, padded to its longest."""
@@ -153,6 +161,22 @@ def dp_batches(pool: Pool) -> list[list[int]]:
         p = split[i]
         batches.append([int(k) for k in order[p:i]])
         i = p
+    return batches
+
+
+def fcfs_batches(pool: Pool, size: int) -> list[list[int]]:
+    """The batching of SLS and SO (section 5.1, 5.4): the pool in its order (arrival), cut into
+    batches of ``size`` (the last one smaller), none sorted or padded-aware."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise OptionError("the fixed batch size must be an integer ≥ 1", field="batch_size",
+                          value=size, has_value=True)
+    batches = [list(range(k, min(k + size, pool.n))) for k in range(0, pool.n, size)]
+    for b in batches:
+        if not pool.fits(b):
+            raise OptionError(
+                f"a batch of {len(b)} padded to {int(pool.lengths[b].max())} tokens runs out of "
+                f"memory (eqs 5–9 / Algorithm 2): choose a smaller fixed batch size",
+                field="batch_size", value=size)
     return batches
 
 
@@ -384,9 +408,11 @@ def assignment_model(pool: Pool, hint: Sequence[Sequence[int]] | None = None
 
 def solve(instance: Instance, solver: str = "dp", time_limit_s: float | None = 60.0,
           progress: Progress = SILENT, slice_length: int = DEFAULT_SLICE_LENGTH,
-          workers: int | None = None, formulation: str = "counts") -> Result:
-    """Partition the instance's requests into batches of least total serving time (eq 10)."""
-    pool = Pool.from_instance(instance, slice_length)
+          workers: int | None = None, formulation: str = "counts",
+          max_size: int | None = None) -> Result:
+    """Partition the instance's requests into batches of least total serving time (eq 10),
+    at most ``max_size`` requests per batch when given (PM of section 5.4)."""
+    pool = Pool.from_instance(instance, slice_length, max_size)
     return solve_pool(pool, solver, time_limit_s, progress, workers=workers,
                       formulation=formulation)
 
@@ -480,4 +506,4 @@ def _result(pool: Pool, solver: str, status: str, batches: list[list[int]],
 
 __all__ = ["BRUTE_MAX", "DEFAULT_SLICE_LENGTH", "FORMULATIONS", "SOLVERS", "Pool",
            "assignment_model", "brute_force", "check_slice_length", "counts_model",
-           "dp_batches", "dp_is_exact", "set_partitions", "solve", "solve_pool"]
+           "dp_batches", "dp_is_exact", "fcfs_batches", "set_partitions", "solve", "solve_pool"]
