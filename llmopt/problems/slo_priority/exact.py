@@ -39,6 +39,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TypeVar
 
 from ortools.sat.python import cp_model
 
@@ -53,6 +54,7 @@ from llmopt.problems.slo_priority.model import (
 from llmopt.progress import SILENT, Progress
 
 CLOCK_UNITS = 10 ** 9
+T = TypeVar("T", int, float)
 PROOF_TOLERANCE = 1e-9
 
 
@@ -159,7 +161,7 @@ class _Model:
         if not only_met:
             for j in range(1, min(N, -(-n // B)) + 1):
                 m.add(start[j] >= sum(e_min[:j]))
-            m.add(self.total >= math.floor(total_latency_lower_bound(data) * scale))
+            m.add(self.total >= _lower_bound([min(row[1:]) for row in ex], B))
         self.count = m.new_int_var(0, n, "n")
         m.add(self.count == sum(met))
         self.model, self.x, self.y, self.w, self.met = m, x, y, w, met
@@ -214,6 +216,73 @@ class _Model:
         return tuple(batches)
 
 
+class _SingleModel(_Model):
+    """Max batch 1: x_ip = request i at position p. Position p starts at
+    start_p = Σ_{p'<p} Σ_i t_exec,i·x_ip' and t = Σ_p (N − p)·Σ_i t_exec,i·x_ip (eqs 3–4, 11):
+    linear, the assignment relaxation of Σ C_j. met_i ∧ x_ip ⇒ start_p meets i's TTFT and E2E
+    targets (eqs 4, 8); a request whose TPOT fails alone is unmeetable."""
+
+    def __init__(self, data: SloPriorityData, decimals: int) -> None:
+        self.data, self.only_met = data, False
+        n = data.n
+        scale = 10 ** decimals
+        self.scale = scale
+        m = cp_model.CpModel()
+        ex = [math.floor(data.exec_ms[i][1] * scale) for i in range(n)]
+        pre = [math.floor(data.prefill_ms[i][1] * scale) for i in range(n)]
+        horizon = sum(ex)
+        x = [[m.new_bool_var(f"x{i}_{p}") for p in range(n)] for i in range(n)]
+        met = [m.new_bool_var(f"met{i}") for i in range(n)]
+        start = [m.new_int_var(0, horizon, f"start{p}") for p in range(n)]
+        for i in range(n):
+            m.add_exactly_one(x[i])
+        for p in range(n):
+            m.add_exactly_one(x[i][p] for i in range(n))
+        dur = [sum(ex[i] * x[i][p] for i in range(n)) for p in range(n)]
+        m.add(start[0] == 0)
+        for p in range(1, n):
+            m.add(start[p] == start[p - 1] + dur[p - 1])
+        e_sorted = sorted(ex)
+        for p in range(1, n):
+            m.add(start[p] >= sum(e_sorted[:p]))
+        for i in range(n):
+            if data.slack_ms[i][1] < 0:
+                m.add(met[i] == 0)
+                continue
+            limits = []
+            ttft, e2e = data.ttft_slo_ms[i], data.e2e_slo_ms[i]
+            if ttft is not None:
+                limits.append(math.ceil((ttft + MET_TOLERANCE_MS) * scale) - pre[i])
+            if e2e is not None:
+                limits.append(math.ceil((e2e + MET_TOLERANCE_MS) * scale) - ex[i])
+            if limits:
+                latest = min(limits)
+                for p in range(n):
+                    m.add(start[p] <= latest).only_enforce_if([met[i], x[i][p]])
+        self.total_hi = n * horizon
+        self.total = m.new_int_var(0, self.total_hi, "t")
+        m.add(self.total == sum((n - p) * dur[p] for p in range(n)))
+        m.add(self.total >= _lower_bound(ex, 1))
+        self.count = m.new_int_var(0, n, "n")
+        m.add(self.count == sum(met))
+        self.model, self.x, self.met, self.n_slots = m, x, met, n
+
+    def hint(self, batches: Batches) -> None:
+        m, data = self.model, self.data
+        m.clear_hints()
+        ev = evaluate(data, batches)
+        for i in range(data.n):
+            for p in range(data.n):
+                m.add_hint(self.x[i][p], ev.batch_of[i] == p)
+            m.add_hint(self.met[i], ev.met[i])
+
+    def read(self, value: object) -> Batches:
+        v = value
+        n = self.data.n
+        return tuple((next(i for i in range(n) if v(self.x[i][p])),)  # type: ignore
+                     for p in range(n))
+
+
 def monotone(data: SloPriorityData) -> bool:
     """Whether every request's prefill and decode times do not decrease with the batch size
     (true for non-negative coefficients, e.g. Table 2)."""
@@ -253,9 +322,16 @@ def total_latency_lower_bound(data: SloPriorityData) -> float:
     requests wait for it (eq 11). Pairing the smallest e with the largest of these counts
     (rearrangement) bounds the total wait from below. With B = 1 this is the shortest-first
     order's total, the exact minimum (Smith's rule)."""
-    B, n = data.max_batch, data.n
-    e = sorted(min(row[1:B + 1]) for row in data.exec_ms)
-    wait = sum(e[r] * max(0, n - (r + 1) * B) for r in range(-(-n // B)))
+    return _lower_bound([min(row[1:data.max_batch + 1]) for row in data.exec_ms],
+                        data.max_batch)
+
+
+def _lower_bound(least: list[T], max_batch: int) -> T:
+    """The bound of :func:`total_latency_lower_bound` from each request's least execution
+    time (in ms, or in the model's rounded clock units: the model's cut must use its own
+    rounded times, which the bound then holds for)."""
+    n, e = len(least), sorted(least)
+    wait = sum(e[r] * max(0, n - (r + 1) * max_batch) for r in range(-(-n // max_batch)))
     return sum(e) + wait
 
 
@@ -268,7 +344,7 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
     deadline = t_begin + time_limit_s
     workers = workers or 2
     decimals, exact_clock = clock_decimals(data)
-    mod = _Model(data, decimals)
+    mod = _SingleModel(data, decimals) if data.max_batch == 1 else _Model(data, decimals)
     best = evaluate(data, incumbent)
     g_inc = best.g_per_s
     solves: list[dict[str, object]] = []
