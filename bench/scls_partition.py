@@ -6,6 +6,9 @@ answers. Prints markdown and the machine; writes docs/benchmarks.md only with --
    counts_model`) and, up to 9 requests, brute force over every partition; on the 40-request
    pools also the weaker assignment model. Does the DP's contiguity lose optimality?
    Scaling: pools of ``--large`` requests, DP and the counts model.
+   Batching ablation: pools of one period at 20 requests/s (Γ · 20: 120 requests for the ζ rule,
+   60 for Algorithm 2), ShareGPT-like lengths, S = 128: fixed-size FCFS batches (SO's batching),
+   the DP with PM's size limit (16 / 12) and the full DP (AB), on one slice, no replay.
 2. Offloading: ``--periods`` periods of 60–200 requests batched by the DP under Algorithm 2's
    memory rule, offloaded to ``--instances`` empty workers by max-min (eq 11) and by the exact
    P||Cmax assignment (llmopt.problems.pang.binpacking, 1 ms units): the gap of max-min.
@@ -29,7 +32,14 @@ from _common import command_line, docs_parser, header, publish, python_loop_s
 
 from llmopt.data.cost import load_profile
 from llmopt.problems.scls.offload import compare_with_exact
-from llmopt.problems.scls.partition import BRUTE_MAX, Pool, brute_force, dp_batches, solve_pool
+from llmopt.problems.scls.partition import (
+    BRUTE_MAX,
+    Pool,
+    brute_force,
+    dp_batches,
+    fcfs_batches,
+    solve_pool,
+)
 
 PROFILE = "scls-llama2-13b-a100"
 
@@ -57,7 +67,7 @@ def main() -> None:
     loops = [python_loop_s()]
     hf = load_profile(PROFILE)
     ds = hf.model_copy(update={"memory_rule": "deepspeed"})
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng([args.seed, 0])  # one stream per part: parts independent
 
     rows = []
     for k in range(args.pools):
@@ -93,6 +103,7 @@ def main() -> None:
     assign_rows = [r for r in forty if r["assign_status"] is not None]
 
     large = []
+    rng = np.random.default_rng([args.seed, 1])
     for n in args.large:
         for kind in range(3):
             for profile in (hf, ds):
@@ -103,7 +114,24 @@ def main() -> None:
                 exact = solve_pool(pool, "cpsat", args.time_limit, workers=args.workers)
                 large.append((n, profile.memory_rule, dp, dp_s, exact))
 
+    ablation: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    rng = np.random.default_rng([args.seed, 2])
+    for _ in range(20):
+        for profile, n, size in ((hf, 120, 16), (ds, 60, 12)):
+            lengths = lengths_for(rng, n, 1)
+            free = Pool.of(lengths, profile, 128)
+            limited = Pool.of(lengths, profile, 128, max_size=size)
+            for name, pool, batches in (
+                    (f"FCFS, {size} per batch (SO)", free, fcfs_batches(free, size)),
+                    (f"DP, at most {size} (PM)", limited, dp_batches(limited)),
+                    ("DP (AB)", free, dp_batches(free))):
+                pads = sum(int((pool.lengths[b].max() - pool.lengths[b]).sum())
+                           for b in batches)
+                ablation.setdefault((profile.memory_rule, name), []).append(
+                    (pool.total_ms(batches) / n, n / len(batches), pads / n))
+
     periods = []
+    rng = np.random.default_rng([args.seed, 3])
     for _ in range(args.periods):
         n = int(rng.integers(60, 201))
         pool = Pool.of(lengths_for(rng, n, int(rng.integers(0, 3))), ds, 128)
@@ -156,6 +184,13 @@ def main() -> None:
                     f"{max(gap, 0.0):.2%} | {max(x[4].runtime_s for x in sel):.3f} | "
                     f"{max(x[3] for x in sel):.3f} | "
                     f"{max(len(x[4].data['batches']) for x in sel)} |")
+    lines += ["", "- Batching ablation (one slice of one period's pool, 20 pools each): serving "
+              "time per request, batch size and pad tokens per request, means", "",
+              "| memory rule | batching | ms per request | batch size | pad tokens per request |",
+              "|---|---|---|---|---|"]
+    for (rule, name), values in ablation.items():
+        t, size, pad = (float(np.mean([v[k] for v in values])) for k in range(3))
+        lines.append(f"| {rule} | {name} | {t:.1f} | {size:.1f} | {pad:.1f} |")
     gaps = [p.gap for p in periods]
     lines += ["", f"- Offloading: {len(periods)} periods of 60–200 requests, DP batches "
               f"(Algorithm 2, S = 128) onto {args.instances} empty workers; exact P||Cmax on "
