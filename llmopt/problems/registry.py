@@ -84,7 +84,8 @@ PROBLEMS: dict[str, ProblemInfo] = {
              "t0": "sa: initial temperature", "t_thres": "sa: threshold temperature",
              "iters": "sa: moves per temperature", "tau": "sa: temperature decay",
              "workers": "cpsat: CP-SAT threads",
-             "method": "cpsat: parametric | dinkelbach"},
+             "method": "cpsat: parametric | dinkelbach",
+             "formulation": "cpsat: intervals | slots"},
             solve="llmopt.problems.slo_priority.solve:solve"),
     ]
 }

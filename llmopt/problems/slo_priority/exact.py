@@ -283,6 +283,104 @@ class _SingleModel(_Model):
                      for p in range(n))
 
 
+class _IntervalModel(_Model):
+    """Max batch B ≥ 1, batches as intervals of the priority sequence: z_as = a batch of s
+    requests takes sequence positions a..a+s−1 (the z cover every position once: the batch
+    sizes, eq 10), v_ias = request i runs in that batch (Σ_i v_ias = s·z_as, Σ_as v_ias = 1).
+    A batch lasts D_as ≥ t_exec,i(s)·v_ias for each i (eq 11; and ≥ their mean), starts at
+    start_a = Σ_{a'+s' ≤ a} D_a's' and delays the N − a − s requests after it, so
+    t = Σ_as (N − a − s)·D_as + Σ_ias t_exec,i(s)·v_ias (eqs 3–4) is linear; met_i ∧ v_ias ⇒
+    start_a meets i's TTFT and E2E targets at size s, and met_i ⇒ v_ias = 0 where TPOT fails."""
+
+    def __init__(self, data: SloPriorityData, decimals: int) -> None:
+        self.data, self.only_met = data, False
+        n, B = data.n, data.max_batch
+        scale = 10 ** decimals
+        self.scale = scale
+        m = cp_model.CpModel()
+        ex = [[0] + [math.floor(data.exec_ms[i][s] * scale) for s in range(1, B + 1)]
+              for i in range(n)]
+        pre = [[0] + [math.floor(data.prefill_ms[i][s] * scale) for s in range(1, B + 1)]
+               for i in range(n)]
+        horizon = sum(max(row[1:]) for row in ex)
+        spans = [(a, s) for a in range(n) for s in range(1, B + 1) if a + s <= n]
+        z = {(a, s): m.new_bool_var(f"z{a}_{s}") for a, s in spans}
+        v = {(i, a, s): m.new_bool_var(f"v{i}_{a}_{s}") for i in range(n) for a, s in spans}
+        dur = {(a, s): m.new_int_var(0, max(ex[i][s] for i in range(n)), f"D{a}_{s}")
+               for a, s in spans}
+        met = [m.new_bool_var(f"met{i}") for i in range(n)]
+        for p in range(n):
+            m.add_exactly_one(z[a, s] for a, s in spans if a <= p < a + s)
+        for a, s in spans:
+            m.add(sum(v[i, a, s] for i in range(n)) == s * z[a, s])
+            for i in range(n):
+                m.add(dur[a, s] >= ex[i][s] * v[i, a, s])
+            m.add(s * dur[a, s] >= sum(ex[i][s] * v[i, a, s] for i in range(n)))
+        for i in range(n):
+            m.add_exactly_one(v[i, a, s] for a, s in spans)
+        start = [m.new_int_var(0, horizon, f"start{a}") for a in range(n)]
+        for a in range(n):
+            m.add(start[a] == sum(dur[a2, s2] for a2, s2 in spans if a2 + s2 <= a))
+        for i in range(n):
+            if all(data.slack_ms[i][s] < 0 for s in range(1, B + 1)):
+                m.add(met[i] == 0)
+                continue
+            ttft, e2e = data.ttft_slo_ms[i], data.e2e_slo_ms[i]
+            for s in range(1, B + 1):
+                if data.slack_ms[i][s] < 0 and not self._ttft_e2e_only(i, s):
+                    for a2, s2 in spans:
+                        if s2 == s:
+                            m.add_implication(met[i], v[i, a2, s2].Not())
+                    continue
+                limits = []
+                if ttft is not None:
+                    limits.append(math.ceil((ttft + MET_TOLERANCE_MS) * scale) - pre[i][s])
+                if e2e is not None:
+                    limits.append(math.ceil((e2e + MET_TOLERANCE_MS) * scale) - ex[i][s])
+                if limits:
+                    latest = min(limits)
+                    for a2, s2 in spans:
+                        if s2 == s:
+                            m.add(start[a2] <= latest).only_enforce_if([met[i], v[i, a2, s2]])
+        self.total_hi = (n + 1) * horizon
+        self.total = m.new_int_var(0, self.total_hi, "t")
+        m.add(self.total == sum((n - a - s) * dur[a, s] for a, s in spans)
+              + sum(ex[i][s] * v[i, a, s] for i, a, s in v))
+        m.add(self.total >= _lower_bound([min(row[1:]) for row in ex], B))
+        self.count = m.new_int_var(0, n, "n")
+        m.add(self.count == sum(met))
+        self.model, self.met, self.n_slots = m, met, n
+        self.z, self.v, self.spans = z, v, spans
+
+    def hint(self, batches: Batches) -> None:
+        m, data = self.model, self.data
+        m.clear_hints()
+        ev = evaluate(data, batches)
+        where: dict[int, tuple[int, int]] = {}
+        used = set()
+        a = 0
+        for b in batches:
+            used.add((a, len(b)))
+            for i in b:
+                where[i] = (a, len(b))
+            a += len(b)
+        for a, s in self.spans:
+            m.add_hint(self.z[a, s], (a, s) in used)
+        for (i, a, s), var in self.v.items():
+            m.add_hint(var, where[i] == (a, s))
+        for i in range(data.n):
+            m.add_hint(self.met[i], ev.met[i])
+
+    def read(self, value: object) -> Batches:
+        val = value
+        out = []
+        for a, s in self.spans:
+            if val(self.z[a, s]):  # type: ignore
+                out.append((a, tuple(i for i in range(self.data.n)
+                                     if val(self.v[i, a, s]))))  # type: ignore
+        return tuple(b for _, b in sorted(out))
+
+
 def monotone(data: SloPriorityData) -> bool:
     """Whether every request's prefill and decode times do not decrease with the batch size
     (true for non-negative coefficients, e.g. Table 2)."""
@@ -337,14 +435,19 @@ def _lower_bound(least: list[T], max_batch: int) -> T:
 
 def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
                 workers: int | None = None, progress: Progress = SILENT,
-                method: str = "parametric") -> ExactOutcome:
+                method: str = "parametric", formulation: str = "intervals") -> ExactOutcome:
     """G* with proof, or the best plan found and a proven upper bound on G when time runs out.
     ``incumbent`` (e.g. SA's plan) gives the first G_inc and the solver's hints."""
     t_begin = time.perf_counter()
     deadline = t_begin + time_limit_s
     workers = workers or 2
     decimals, exact_clock = clock_decimals(data)
-    mod = _SingleModel(data, decimals) if data.max_batch == 1 else _Model(data, decimals)
+    if data.max_batch == 1:
+        mod: _Model = _SingleModel(data, decimals)
+    elif formulation == "intervals":
+        mod = _IntervalModel(data, decimals)
+    else:
+        mod = _Model(data, decimals)
     best = evaluate(data, incumbent)
     g_inc = best.g_per_s
     solves: list[dict[str, object]] = []

@@ -46,6 +46,7 @@ OPTIONS = {
     "tau": "sa: temperature decay (default 0.95)",
     "workers": "cpsat: CP-SAT threads (default 2)",
     "method": "cpsat: parametric (default: T_k for each k) | dinkelbach",
+    "formulation": "cpsat, max batch > 1: intervals (default) | slots",
 }
 
 
@@ -96,6 +97,10 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     method = options.get("method", "parametric")
     if method not in ("parametric", "dinkelbach"):
         raise OptionError("must be parametric or dinkelbach", field="--method", value=method)
+    formulation = options.get("formulation", "intervals")
+    if formulation not in ("intervals", "slots"):
+        raise OptionError("must be intervals or slots", field="--formulation",
+                          value=formulation)
     limit = time_limit_s if time_limit_s is not None else 60.0
     notes = [f"warning: {w}" for w in data.warnings]
     detail: dict[str, Any] = {}
@@ -129,7 +134,8 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         try:
             out = solve_exact(data, sa_out.batches, max(limit - (time.perf_counter()
                                                                  - t_start), 0.0),
-                              workers=workers, progress=progress, method=method)
+                              workers=workers, progress=progress, method=method,
+                              formulation=formulation)
         except KeyboardInterrupt:
             interrupted = True
             notes.append("interrupted: SA's plan and the simple bound are kept")
