@@ -273,3 +273,12 @@ def test_dinkelbach_and_moore_hodgson_agree_with_brute_force(n: int, max_batch: 
         most = max(independent_g(reqs, order, (1,) * n)[0]
                    for order in itertools.permutations(range(n)))
         assert max_met_single(data) == most
+
+
+def test_sa_move_counts() -> None:
+    # temperatures 500 * 0.95^k >= 20 for k = 0..62 (log(20/500)/log(0.95) = 62.75): 63 levels
+    data = SloPriorityData.from_instance(make(random_requests(10, 21), 2))
+    res = sa.anneal(data)
+    assert not res.early_stop and res.moves == 63 * 100
+    # line 18's k never reset: 100 moves at T0, then one per further temperature
+    assert sa.anneal(data, reset_counter=False).moves == 100 + 62

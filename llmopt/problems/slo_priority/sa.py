@@ -123,8 +123,11 @@ def latency_order(data: SloPriorityData) -> list[int]:
 
 
 def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: float = T_THRES,
-           iters: int = ITERS, tau: float = TAU, acceptance: str = "metropolis") -> SaOutcome:
-    """Algorithm 1 (see the module doc). Deterministic for a seed."""
+           iters: int = ITERS, tau: float = TAU, acceptance: str = "metropolis",
+           reset_counter: bool = True) -> SaOutcome:
+    """Algorithm 1 (see the module doc). Deterministic for a seed. ``reset_counter=False``
+    keeps line 18's k across temperatures and ends the inner loop at k ≥ iter: ``iters``
+    moves at T0, then one per temperature (162 moves with the defaults)."""
     if acceptance not in ACCEPTANCE:
         raise ValueError(f"acceptance must be one of {ACCEPTANCE}")
     n, B = data.n, data.max_batch
@@ -145,7 +148,7 @@ def anneal(data: SloPriorityData, *, seed: int = 0, t0: float = T0, t_thres: flo
     metropolis = acceptance == "metropolis"
     temp = t0
     while True:
-        for _ in range(iters):                                         # lines 17–40
+        for _ in range(iters if reset_counter or moves == 0 else 1):   # lines 17–40
             moves += 1
             op = int(rnd() * 3)                                        # line 20
             order, sizes = st.order, st.sizes
