@@ -29,12 +29,14 @@ from llmopt.validate.binpacking import check_binpacking
 from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
 from llmopt.validate.infermax import check_infermax, check_replay
 from llmopt.validate.pd_competition import check_pd_competition
+from llmopt.validate.scls import check_scls_batching
 
 CHECKERS: dict[str, Callable[[Instance, dict[str, Any], Verdict], Evidence]] = {
     "binpacking": check_binpacking,
     "replay": check_replay,
     "pd-competition": check_pd_competition,
     "infermax-csp": check_infermax,
+    "scls-batching": check_scls_batching,
 }
 
 

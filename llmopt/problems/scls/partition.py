@@ -500,7 +500,7 @@ def _result(pool: Pool, solver: str, status: str, batches: list[list[int]],
         runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s, solver_version=version,
         proof=proof, interrupted=interrupted, notes=notes or [],
         data={"slice_length": pool.slice_length, "memory_rule": pool.profile.memory_rule,
-              "batches": rows},
+              "max_size": pool.max_size, "batches": rows},
     )
 
 
