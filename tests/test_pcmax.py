@@ -15,7 +15,7 @@ from test_binpacking import brute_force_makespan, search_makespan
 from conftest import make_instance
 from llmopt.errors import OptionError
 from llmopt.problems.api import solve
-from llmopt.problems.pang import pcmax_arcflow, pcmax_search
+from llmopt.problems.pang import pcmax_arcflow, pcmax_cardinality, pcmax_search
 from llmopt.problems.pang import pcmax_bounds as pb
 from llmopt.validate import validate_solution
 from llmopt.validate.pcmax_bounds import recompute_bound
@@ -129,6 +129,36 @@ def assert_decides_exactly(fits, weights: list[int], machines: int) -> int:
 @given(small)
 def test_bin_completion_decides_exactly(case):
     assert_decides_exactly(pcmax_search.fits, *case)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(small)
+def test_cardinality_model_decides_exactly(case):
+    assert_decides_exactly(pcmax_cardinality.fits, *case)
+
+
+def test_pigeonhole_class_by_hand():
+    # capacity 19: the three jobs above 19/3 cannot share a machine three at a time (k = 2,
+    # 3 > 2·(2 − 1)); the job above 19/2 alone is the k = 1 class, superseded
+    assert pcmax_cardinality.pigeonhole_class([10, 9, 9, 2], 2, 19) == (2, [0, 1, 2])
+    assert pcmax_cardinality.pigeonhole_class([3, 3, 3], 3, 9) is None
+
+
+def test_non_uniform_shape_is_packed_at_the_bound():
+    """Frangioni et al.'s non-uniform class, n = 100, m = 5, [1, 1000] (the two instances of
+    bench/pcmax_classes.py that bin completion and plain CP-SAT left at a gap of 1 and 4
+    tokens): the cardinality model packs them at the closed-form bound."""
+    for seed in (3, 8):
+        rng = np.random.default_rng([13, True, 2, 100, 5, seed])
+        big = [int(x) for x in rng.integers(899, 1001, 98)]
+        weights = big + [int(x) for x in rng.integers(1, 200, 2)]
+        inst = make_instance(weights, 5)
+        r = solve(inst, "binpacking", "auto", time_limit_s=60)
+        assert r.status == "optimal" and "cardinality CP-SAT" in r.proof
+        assert max(r.data["loads"]) == pytest.approx(r.bound)
+        assert r.data["lower_bound"]["name"] in pb.BOUNDS
+        assert validate_solution(inst, r.to_dict(inst)) == []
 
 
 def test_minimize_climbs_from_the_bound_to_the_optimum():

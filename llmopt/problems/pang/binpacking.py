@@ -46,7 +46,12 @@ from llmopt.backends.common import Footprint, Outcome
 from llmopt.data.cost import PangLinearProfile
 from llmopt.data.instance import Instance
 from llmopt.errors import ProfileError
-from llmopt.problems.pang import pcmax_arcflow, pcmax_bounds, pcmax_search
+from llmopt.problems.pang import (
+    pcmax_arcflow,
+    pcmax_bounds,
+    pcmax_cardinality,
+    pcmax_search,
+)
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.version import __version__
@@ -431,6 +436,10 @@ STRONG_MAX_JOBS = 2000  # above, only mt_l2 of the bin-packing bounds (mt_l3, li
 BC_SHARE = 0.25  # bin completion at T beside arc-flow (at least BC_MIN_S; BC_FIRST_S at most in
 BC_MIN_S = 1.0   # the first round: it decides tight cases fast or not at all)
 BC_FIRST_S = 2.0
+BC_QUICK_S = 0.1  # bin completion's first slice when the cardinality model follows it
+CARD_SHARE = 0.3  # the cardinality CP-SAT model at T (at least CARD_MIN_S)
+CARD_MIN_S = 1.0
+CARD_FIRST_SHARE = 0.9  # of the jobs in the pigeonhole class, for the cardinality model first
 BC_ALONE_SHARE = 0.6  # bin completion at T when the arc-flow graph is too large (then LNS)
 AF_SHARE = 0.6   # arc-flow LP bound, then the arc-flow MIP at T
 LNS_SHARE = 0.5  # exact-repacking LNS
@@ -511,6 +520,12 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             return meets(ub)
         lns = bp.bins > LNS_MIN_BINS
         search_useful = True  # False once bin completion ends undecided before its deadline
+        # the cardinality model where a pigeonhole class exists; first (after a short bin
+        # completion) where that class holds nearly every job (the non-uniform shape)
+        found = pcmax_cardinality.pigeonhole_class(bp.weights, bp.bins, bound.tokens)
+        use_cardinality = found is not None and bp.n * bp.bins <= pcmax_cardinality.MAX_CELLS
+        cardinality_first = (found is not None and use_cardinality
+                             and len(found[1]) >= CARD_FIRST_SHARE * bp.n)
         lp_done = False
         first_round = True
         sizes = len(np.unique(bp.weights))
@@ -528,13 +543,15 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 ran = True
                 # beside the arc-flow model bin completion gets short slices (arc-flow is the
                 # stronger prover there); alone, most of the time (it finds tight packings)
-                share = BC_SHARE if use_arcs else BC_ALONE_SHARE if lns else 1.0
+                share = (BC_SHARE if use_arcs else
+                         BC_ALONE_SHARE if lns or use_cardinality else 1.0)
                 progress.stage(f"bin completion at makespan {t} tokens")
                 slice_s = max(share * left, min(BC_MIN_S, left))
                 if first_round and use_arcs:
                     slice_s = min(slice_s, BC_FIRST_S)
+                if first_round and cardinality_first:
+                    slice_s = min(slice_s, BC_QUICK_S)
                 slice_end = start + slice_s
-                first_round = False
                 outcome = settle(pcmax_search.fits(bp.weights, bp.bins, t, slice_end), t,
                                  "bin completion", "complete search", "bin completion")
                 if isinstance(outcome, Result):
@@ -542,6 +559,21 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 if outcome:
                     continue
                 search_useful = time.perf_counter() >= slice_end - 0.01
+            first_round = False
+            if use_cardinality and deadline - time.perf_counter() > 0:
+                ran = True
+                engines["cpsat"] = cpsat_backend.version
+                progress.stage(f"cardinality CP-SAT at makespan {t} tokens")
+                left = deadline - time.perf_counter()
+                slice_end = time.perf_counter() + max(CARD_SHARE * left, min(CARD_MIN_S, left))
+                outcome = settle(pcmax_cardinality.fits(bp.weights, bp.bins, t, slice_end), t,
+                                 "the cardinality CP-SAT model", "cardinality CP-SAT",
+                                 "the cardinality CP-SAT model")
+                if isinstance(outcome, Result):
+                    return outcome
+                if outcome:
+                    continue
+                use_cardinality = time.perf_counter() >= slice_end - 0.01
             if use_arcs and deadline - time.perf_counter() > arc_build_s:
                 ran = True
                 engines["highs"] = highs_backend.version
@@ -577,7 +609,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 if ub == bound.tokens:
                     return meets(ub)
                 progress_made = ub < before
-            if not ran or not (progress_made or search_useful or use_arcs):
+            if not ran or not (progress_made or search_useful or use_arcs or use_cardinality):
                 break  # nothing left that could decide within the time
         if bound.tokens >= ub:
             return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
