@@ -439,6 +439,7 @@ BC_FIRST_S = 2.0
 BC_QUICK_S = 0.1  # bin completion's first slice when the cardinality model follows it
 CARD_SHARE = 0.3  # the cardinality CP-SAT model at T (at least CARD_MIN_S)
 CARD_MIN_S = 1.0
+CARD_MAX_S = 2.0  # it packs the shapes it is for in well under a second, or not in a minute
 CARD_FIRST_SHARE = 0.9  # of the jobs in the pigeonhole class, for the cardinality model first
 BC_ALONE_SHARE = 0.6  # bin completion at T when the arc-flow graph is too large (then LNS)
 AF_SHARE = 0.6   # arc-flow LP bound, then the arc-flow MIP at T
@@ -528,6 +529,21 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                              and len(found[1]) >= CARD_FIRST_SHARE * bp.n)
         lp_done = False
         first_round = True
+
+        def cardinality(t: int) -> Result | bool:
+            """The cardinality model at ``t`` (see ``settle``); it stops being tried once it
+            ends undecided before its slice is over (nothing more time would change)."""
+            nonlocal use_cardinality
+            engines["cpsat"] = cpsat_backend.version
+            progress.stage(f"cardinality CP-SAT at makespan {t} tokens")
+            left = deadline - time.perf_counter()
+            slice_end = time.perf_counter() + min(max(CARD_SHARE * left,
+                                                      min(CARD_MIN_S, left)), CARD_MAX_S)
+            outcome = settle(pcmax_cardinality.fits(bp.weights, bp.bins, t, slice_end), t,
+                             "the cardinality CP-SAT model", "cardinality CP-SAT",
+                             "the cardinality CP-SAT model")
+            use_cardinality = time.perf_counter() >= slice_end - 0.01
+            return outcome
         sizes = len(np.unique(bp.weights))
         arcs = (pcmax_arcflow.arc_count(bp.weights, ub)
                 if sizes * (ub + 1) <= 20 * pcmax_arcflow.MAX_ARCS else None)
@@ -560,20 +576,13 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                     continue
                 search_useful = time.perf_counter() >= slice_end - 0.01
             first_round = False
-            if use_cardinality and deadline - time.perf_counter() > 0:
+            if cardinality_first and use_cardinality:
                 ran = True
-                engines["cpsat"] = cpsat_backend.version
-                progress.stage(f"cardinality CP-SAT at makespan {t} tokens")
-                left = deadline - time.perf_counter()
-                slice_end = time.perf_counter() + max(CARD_SHARE * left, min(CARD_MIN_S, left))
-                outcome = settle(pcmax_cardinality.fits(bp.weights, bp.bins, t, slice_end), t,
-                                 "the cardinality CP-SAT model", "cardinality CP-SAT",
-                                 "the cardinality CP-SAT model")
+                outcome = cardinality(t)
                 if isinstance(outcome, Result):
                     return outcome
                 if outcome:
                     continue
-                use_cardinality = time.perf_counter() >= slice_end - 0.01
             if use_arcs and deadline - time.perf_counter() > arc_build_s:
                 ran = True
                 engines["highs"] = highs_backend.version
@@ -609,6 +618,13 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 if ub == bound.tokens:
                     return meets(ub)
                 progress_made = ub < before
+            if use_cardinality and not cardinality_first:
+                ran = True
+                outcome = cardinality(t)
+                if isinstance(outcome, Result):
+                    return outcome
+                if outcome:
+                    continue
             if not ran or not (progress_made or search_useful or use_arcs or use_cardinality):
                 break  # nothing left that could decide within the time
         if bound.tokens >= ub:
