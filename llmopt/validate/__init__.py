@@ -30,6 +30,7 @@ from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
 from llmopt.validate.infermax import check_infermax, check_replay
 from llmopt.validate.pd_competition import check_pd_competition
 from llmopt.validate.scls import check_scls_batching
+from llmopt.validate.slo_priority import check_slo_priority
 
 CHECKERS: dict[str, Callable[[Instance, dict[str, Any], Verdict], Evidence]] = {
     "binpacking": check_binpacking,
@@ -37,6 +38,7 @@ CHECKERS: dict[str, Callable[[Instance, dict[str, Any], Verdict], Evidence]] = {
     "pd-competition": check_pd_competition,
     "infermax-csp": check_infermax,
     "scls-batching": check_scls_batching,
+    "slo-priority": check_slo_priority,
 }
 
 

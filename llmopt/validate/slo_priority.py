@@ -1,0 +1,152 @@
+"""Checks of SLO-aware priority-mapping solutions (Huang et al. 2025, section 3, eqs 2–19),
+independent of the solvers: the priority order and the batches are checked against the
+requests and the batch-size limit; every request's prefill (eq 14) and decode time (eqs 15–16,
+summed token by token, not in the solver's closed form), its wait (eq 11: the longest request of
+each batch before its own), TTFT, TPOT and E2E are recomputed from the profile's fields, and so
+are which requests meet their SLOs, n, t = Σ E2E and the objective t / n (= 1000 / G ms, eq 2).
+Serving the requests one per batch in the order given is a schedule of the validator's own (an
+upper bound on the optimal t / n); up to ``EXACT_MAX_REQUESTS`` requests the optimum is
+recomputed by enumerating every order and every split into batches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from llmopt.data.instance import Instance
+from llmopt.validate.claims import Evidence, Verdict, tolerance
+from llmopt.validate.fields import is_int, is_number
+
+EXACT_MAX_REQUESTS = 6
+MET_TOLERANCE_MS = 1e-6
+
+
+class _Times:
+    """Eqs 14–17 per request and batch size, from the bilinear profile's fields."""
+
+    def __init__(self, instance: Instance, max_batch: int) -> None:
+        profile: Any = instance.profile
+        p, d = profile.prefill, profile.decode
+        self.requests = instance.requests
+        self.prefill: dict[tuple[int, int], float] = {}
+        self.exec: dict[tuple[int, int], float] = {}
+        for i, r in enumerate(self.requests):
+            for b in range(1, max_batch + 1):
+                pre = p.alpha * b * r.input_tokens + p.beta * b + p.gamma * r.input_tokens \
+                    + p.delta
+                dec = 0.0
+                for k in range(1, r.output_tokens + 1):
+                    length = r.input_tokens + k
+                    dec += d.alpha * b * length + d.beta * b + d.gamma * length + d.delta
+                self.prefill[i, b] = pre
+                self.exec[i, b] = pre + dec
+
+    def evaluate(self, batches: list[list[int]]) -> tuple[int, float, list[dict[str, Any]]]:
+        """(requests meeting their SLOs, Σ E2E in ms, per-request times) of ``batches``."""
+        start, met, total = 0.0, 0, 0.0
+        rows: list[dict[str, Any]] = [{} for _ in self.requests]
+        for batch in batches:
+            b = len(batch)
+            for i in batch:
+                r = self.requests[i]
+                ttft = start + self.prefill[i, b]
+                e2e = start + self.exec[i, b]
+                tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
+                ok = all(value is None or target is None or value <= target + MET_TOLERANCE_MS
+                         for value, target in ((ttft, r.ttft_slo_ms), (tpot, r.tpot_slo_ms),
+                                               (e2e, r.e2e_slo_ms)))
+                rows[i] = {"ttft_ms": ttft, "e2e_ms": e2e, "met": ok, "wait_ms": start}
+                met += ok
+                total += e2e
+            start += max(self.exec[i, b] for i in batch)
+        return met, total, rows
+
+
+def _objective(met: int, total: float) -> float:
+    return total / met if met else math.inf
+
+
+def check_slo_priority(instance: Instance, sol: dict[str, Any], verdict: Verdict) -> Evidence:
+    reasons = verdict.reasons
+    ev = Evidence()
+    if instance.profile.family != "bilinear":
+        reasons.append(f"profile {instance.profile.name} is not of the bilinear family")
+        return ev
+    max_batch = sol.get("max_batch")
+    if not is_int(max_batch) or max_batch < 1:
+        reasons.append(f"max_batch {max_batch!r} is not an integer >= 1")
+        return ev
+    times = _Times(instance, max_batch)
+    n = instance.num_requests
+    met, total, _ = times.evaluate([[i] for i in range(n)])
+    if met:
+        ev.schedules.append(("one request per batch in the instance's order (the "
+                             "validator's)", _objective(met, total)))
+    if n <= EXACT_MAX_REQUESTS:
+        best = min((_objective(*times.evaluate(split)[:2])
+                    for order in itertools.permutations(range(n))
+                    for split in _splits(list(order), max_batch)), default=math.inf)
+        if math.isfinite(best):
+            ev.optimum = best
+            ev.exact_method = (f"the validator's enumeration of every order and batch split "
+                               f"of {n} requests")
+    else:
+        ev.unchecked_why = (f"{n} requests; the validator enumerates up to "
+                            f"{EXACT_MAX_REQUESTS}")
+    if sol.get("status") in ("optimal", "feasible"):
+        ev.objective = _check_decision(instance, sol, times, max_batch, reasons)
+    return ev
+
+
+def _splits(order: list[int], max_batch: int):
+    """Every split of ``order`` into consecutive batches of at most ``max_batch``."""
+    if not order:
+        yield []
+        return
+    for size in range(1, min(max_batch, len(order)) + 1):
+        for rest in _splits(order[size:], max_batch):
+            yield [order[:size], *rest]
+
+
+def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_batch: int,
+                    reasons: list[str]) -> float | None:
+    index = {r.id: i for i, r in enumerate(instance.requests)}
+    batches, priority = sol.get("batches"), sol.get("priority")
+    if not isinstance(batches, list) or not all(
+            isinstance(b, list) and b and all(x in index for x in b) for b in batches):
+        reasons.append("batches must be a list of non-empty lists of request ids")
+        return None
+    flat = [x for b in batches for x in b]
+    if sorted(flat) != sorted(index):
+        reasons.append("the batches do not hold every request exactly once")
+        return None
+    if priority != flat:
+        reasons.append("priority is not the batches' requests in order")
+    if any(len(b) > max_batch for b in batches):
+        reasons.append(f"a batch holds more than max_batch = {max_batch} requests")
+        return None
+    met, total, rows = times.evaluate([[index[x] for x in b] for b in batches])
+    for key, value in (("n_met", met), ("total_latency_ms", total)):
+        given = sol.get(key)
+        if not is_number(given) or not math.isclose(given, value, abs_tol=tolerance(value)):
+            reasons.append(f"{key} is {given!r}, recomputed {value:,.6f} (eqs 3, 6, 14-17)")
+    listed = sol.get("requests")
+    if isinstance(listed, list):
+        for row in listed:
+            rid = row.get("id") if isinstance(row, dict) else None
+            i = index.get(rid) if isinstance(rid, str) else None
+            if i is None:
+                reasons.append(f"requests: an entry without a known id ({row!r:.60})")
+                continue
+            for key in ("ttft_ms", "e2e_ms", "wait_ms"):
+                value = rows[i][key]
+                if not is_number(row.get(key)) or not math.isclose(row[key], value,
+                                                                   abs_tol=tolerance(value)):
+                    reasons.append(f"requests {row['id']}: {key} is {row.get(key)!r}, "
+                                   f"recomputed {value:,.6f}")
+            if row.get("met") is not rows[i]["met"]:
+                reasons.append(f"requests {row['id']}: met is {row.get('met')!r}, recomputed "
+                               f"{rows[i]['met']}")
+    return _objective(met, total) if met else None

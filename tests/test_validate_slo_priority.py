@@ -1,0 +1,96 @@
+"""The validator on SLO-aware priority-mapping solutions (Huang et al. 2025): every solver's
+answer passes, tampering is caught, and on up to 6 requests every claim is held against the
+validator's own enumeration of orders and batch splits."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from conftest import TOY
+from llmopt.data.instance import instance_from_mapping, load_instance
+from llmopt.problems.api import solve
+from llmopt.validate import check_solution, validate_solution
+from llmopt.validate.slo_priority import _Times
+
+
+def random_instance(seed: int, n: int = 5, max_batch: int = 2):
+    rng = np.random.default_rng(seed)
+    requests = []
+    for k in range(n):
+        chat = bool(rng.integers(0, 2))
+        requests.append({"id": f"r{k}", "input_tokens": int(rng.integers(20, 400)),
+                         "output_tokens": int(rng.integers(2, 300)),
+                         "slo_class": "chat" if chat else "code"})
+    return instance_from_mapping({
+        "name": f"huang-{seed}", "model": "huang-qwen25-7b-v100x2",
+        "system": {"clients": max_batch}, "requests": requests,
+        "slo": {"classes": [{"name": "chat", "share": 0.5, "ttft_ms": 3000, "tpot_ms": 20},
+                            {"name": "code", "share": 0.5, "e2e_ms": 12000}]}})
+
+
+def solution(inst, solver: str) -> dict:
+    return json.loads(json.dumps(solve(inst, "slo-priority", solver, 20).to_dict(inst)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("solver", ["sa", "exhaustive", "cpsat"])
+def test_every_solver_is_valid_and_checked_against_the_enumeration(seed, solver):
+    inst = random_instance(seed)
+    sol = solution(inst, solver)
+    verdict = check_solution(inst, sol)
+    assert verdict.reasons == []
+    if sol["status"] == "optimal":
+        assert any("checked independently" in note for note in verdict.notes)
+
+
+def test_the_bundled_instance_is_valid_for_every_solver():
+    inst = load_instance(TOY / "huang-chat-code.yaml")
+    for solver in ("sa", "cpsat"):
+        assert validate_solution(inst, solution(inst, solver)) == []
+
+
+def tamper(sol: dict, how: str) -> dict:
+    bad = copy.deepcopy(sol)
+    if how == "swap-batches":  # the same requests, other batches: other times
+        bad["batches"] = bad["batches"][::-1]
+        bad["priority"] = [x for b in bad["batches"] for x in b]
+    elif how == "drop":
+        bad["batches"][0] = bad["batches"][0][1:] or bad["batches"][1]
+    elif how == "too-big":
+        bad["batches"] = [bad["priority"]]
+    elif how == "met":
+        bad["requests"][0]["met"] = not bad["requests"][0]["met"]
+    elif how == "objective":
+        bad["objective"] *= 0.9
+    return bad
+
+
+@pytest.mark.parametrize("how", ["swap-batches", "drop", "too-big", "met", "objective"])
+def test_tampered_solutions_are_refused(how):
+    inst = random_instance(1)
+    sol = solution(inst, "exhaustive")
+    assert len(sol["batches"]) >= 2
+    assert validate_solution(inst, tamper(sol, how))
+
+
+def test_a_false_optimality_claim_is_refused():
+    """A worse decision with fields consistent with its own data (filled in by the validator's
+    evaluator, so that only the claim is wrong), claimed optimal: the enumeration refutes it."""
+    inst = random_instance(2)
+    sol = solution(inst, "exhaustive")
+    assert validate_solution(inst, sol) == []
+    order = [r.id for r in inst.requests][::-1]
+    index = {r.id: i for i, r in enumerate(inst.requests)}
+    times = _Times(inst, sol["max_batch"])
+    met, total, rows = times.evaluate([[index[x]] for x in order])
+    assert met and total / met > sol["objective"] * 1.01  # really worse
+    worse = dict(sol, batches=[[x] for x in order], priority=order, n_met=met,
+                 total_latency_ms=total, objective=total / met, bound=total / met, gap=0.0,
+                 requests=[{"id": x, **rows[index[x]]} for x in order])
+    reasons = validate_solution(inst, worse)
+    assert any("the optimum is" in r for r in reasons)
+    assert not any("recomputed" in r for r in reasons)  # the data themselves are consistent
