@@ -60,6 +60,16 @@ def docs_parser(description: str | None) -> argparse.ArgumentParser:
     return ap
 
 
+def timed_runs(run, repeat: int):
+    """``run()`` ``repeat`` times: the wall time of each (s) and the last result."""
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = run()
+        times.append(time.perf_counter() - t0)
+    return times, result
+
+
 def publish(write: bool, name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     """Print a section's text and, with ``--write-docs``, put it into ``path``."""
     print(body, flush=True)

@@ -7,9 +7,8 @@ every policy. Writes the ``replay-pd`` section of docs/benchmarks.md. Usage::
 from __future__ import annotations
 
 import statistics
-import time
 
-from _common import ROOT, command_line, docs_parser, header, publish
+from _common import ROOT, command_line, docs_parser, header, publish, timed_runs
 
 from llmopt.data.instance import load_instance
 from llmopt.policies.replay import replay
@@ -24,11 +23,7 @@ def main() -> None:
     inst = load_instance(ROOT / "instances" / "paper" / "gsm8k-llama65b.yaml")
     rows = []
     for policy in POLICIES:
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            sched = replay(inst, policy)
-            times.append(time.perf_counter() - t0)
+        times, sched = timed_runs(lambda p=policy: replay(inst, p), args.repeat)
         med = statistics.median(times)
         its = len(sched.iterations)
         rows.append(f"| {policy} | {med:.3f} s | {max(times):.3f} s | {its:,} | "

@@ -12,9 +12,8 @@ Usage::
 from __future__ import annotations
 
 import statistics
-import time
 
-from _common import ROOT, command_line, docs_parser, header, publish, require_data
+from _common import ROOT, command_line, docs_parser, header, publish, require_data, timed_runs
 
 from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.data.slo import SloSpec
@@ -63,11 +62,7 @@ def main() -> None:
     inst = with_slos()
     medians, rows = {}, []
     for policy in POLICIES:
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            sched = replay(inst, policy)
-            times.append(time.perf_counter() - t0)
+        times, sched = timed_runs(lambda p=policy: replay(inst, p), args.repeat)
         medians[policy] = statistics.median(times)
         m = sched.metrics()
         rows.append((policy, medians[policy], max(times), len(sched.iterations),

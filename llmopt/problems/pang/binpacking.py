@@ -521,8 +521,9 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             return meets(ub)
         lns = bp.bins > LNS_MIN_BINS
         search_useful = True  # False once bin completion ends undecided before its deadline
-        # the cardinality model where a pigeonhole class exists; first (after a short bin
-        # completion) where that class holds nearly every job (the non-uniform shape)
+        # the cardinality model where a pigeonhole class exists, last in each round; bin
+        # completion's first slice is short where that class holds nearly every job (the
+        # non-uniform shape, where it is the cardinality model that decides)
         found = pcmax_cardinality.pigeonhole_class(bp.weights, bp.bins, bound.tokens)
         use_cardinality = found is not None and bp.n * bp.bins <= pcmax_cardinality.MAX_CELLS
         cardinality_first = (found is not None and use_cardinality
@@ -576,13 +577,6 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                     continue
                 search_useful = time.perf_counter() >= slice_end - 0.01
             first_round = False
-            if cardinality_first and use_cardinality:
-                ran = True
-                outcome = cardinality(t)
-                if isinstance(outcome, Result):
-                    return outcome
-                if outcome:
-                    continue
             if use_arcs and deadline - time.perf_counter() > arc_build_s:
                 ran = True
                 engines["highs"] = highs_backend.version
@@ -618,7 +612,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 if ub == bound.tokens:
                     return meets(ub)
                 progress_made = ub < before
-            if use_cardinality and not cardinality_first:
+            if use_cardinality:
                 ran = True
                 outcome = cardinality(t)
                 if isinstance(outcome, Result):
