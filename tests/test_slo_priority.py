@@ -18,6 +18,7 @@ from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.errors import InstanceError, OptionError
 from llmopt.problems.api import solve as api_solve
 from llmopt.problems.slo_priority import exhaustive, sa
+from llmopt.problems.slo_priority.cluster import assign_instances, plan_cluster
 from llmopt.problems.slo_priority.exact import max_met_single, solve_exact
 from llmopt.problems.slo_priority.model import SloPriorityData, evaluate
 
@@ -282,3 +283,27 @@ def test_sa_move_counts() -> None:
     assert not res.early_stop and res.moves == 63 * 100
     # line 18's k never reset: 100 moves at T0, then one per further temperature
     assert sa.anneal(data, reset_counter=False).moves == 100 + 62
+
+
+def test_algorithm2_assignment_and_reset_rule() -> None:
+    # needs (input + output): 100, 60, 50, 70, 30 tokens; two instances of 120 tokens each.
+    # by hand: r0 -> 0 (rem 20, 120); r1 -> 1 (20, 60); r2 -> 1 (20, 10); r3: the most is 20
+    # < 70 -> reset (120, 120), r3 -> 0 (50, 120); r4 -> 1 (50, 90)
+    lengths = [(60, 40), (30, 30), (25, 25), (40, 30), (10, 20)]
+    reqs = [{"id": f"r{k}", "input_tokens": i, "output_tokens": o, "e2e_slo_ms": 1e5}
+            for k, (i, o) in enumerate(lengths)]
+    data = SloPriorityData.from_instance(make(reqs, 2))
+    assert assign_instances(data, [120, 120]) == [[0, 3], [1, 2, 4]]
+    with pytest.raises(InstanceError, match=r"request r0.*more than any instance"):
+        assign_instances(data, [90, 90])
+    plan = plan_cluster(data, [120, 120], solver="cpsat")
+    # G over both instances: sum n / sum t, each instance from time 0, checked independently
+    met = total = 0
+    for idx, batches in zip(plan.members, plan.batches, strict=True):
+        order = tuple(idx[i] for b in batches for i in b)
+        sub = [reqs[i] for i in idx]
+        m, t = independent_g(sub, tuple(i for b in batches for i in b),
+                             tuple(map(len, batches)))
+        met, total = met + m, total + t
+        assert order  # every instance got requests here
+    assert plan.n_met == met and plan.total_ms == pytest.approx(total, rel=1e-12)
