@@ -9,6 +9,7 @@ import itertools
 import random
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,13 @@ COEF = yaml.safe_load((ROOT / "models" / f"{PROFILE}.yaml").read_text())
 
 # --- an independent evaluator, straight from the paper's equations -------------------------
 
+@cache
 def _tp(b: int, li: int) -> float:  # eq 14
     c = COEF["prefill"]
     return c["alpha"] * b * li + c["beta"] * b + c["gamma"] * li + c["delta"]
 
 
+@cache
 def _td(b: int, li: int, lo: int) -> float:  # eqs 15-16, token by token
     c = COEF["decode"]
     return sum(c["alpha"] * b * (li + k) + c["beta"] * b + c["gamma"] * (li + k) + c["delta"]
