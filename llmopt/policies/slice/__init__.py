@@ -1,3 +1,8 @@
-"""Slice-level scheduling (SCLS, Cheng et al. 2024): what serving one padded static batch for a
-slice does to its requests. The cluster-level SCLS policy (periodic pool, re-batching across
-replicas) is not on the simulation core yet (issue 17)."""
+"""Slice-level scheduling (SCLS, Cheng et al. 2024): one padded static batch served for a slice
+(:mod:`.execution`), and SCLS with its baselines SLS, SO, PM, AB, LB (Fig. 15) as configurations
+of the slice-level cluster simulation :mod:`llmopt.sim.slices` (:mod:`.schedulers`)."""
+
+from llmopt.policies.slice.schedulers import LADDER, SCHEDULERS, replay_slices, scheduler
+from llmopt.sim.slices import SliceReplay, SliceScheduler
+
+__all__ = ["LADDER", "SCHEDULERS", "SliceReplay", "SliceScheduler", "replay_slices", "scheduler"]
