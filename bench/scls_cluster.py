@@ -67,6 +67,12 @@ def workload(df: pd.DataFrame, rate: float, duration_s: float, seed: int) -> Ins
         base_dir=ROOT / "instances")
 
 
+def shown_max(replay, until_ms: float) -> int:
+    """The largest batch starting before ``until_ms`` (the Gantt's height scale)."""
+    bat = replay.batches
+    return int(bat.loc[bat["start_ms"] < until_ms, "size"].max())
+
+
 def main() -> None:
     ap = docs_parser(__doc__)
     ap.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -156,7 +162,7 @@ def main() -> None:
             plot_slices(replays[name], ax=ax, until_ms=until,
                         title=f"{name.upper()}: first {until / 1000:.0f} s of the ladder "
                               f"workload on {w} instances (box height = batch size, largest "
-                              f"{int(replays[name].batches['size'].max())})")
+                              f"{int(shown_max(replays[name], until))})")
         axes[0].set_xlabel("")
         axes[1].set_xlim(0, until / 1000)
         GANTT.parent.mkdir(parents=True, exist_ok=True)
