@@ -95,8 +95,8 @@ def main() -> None:
     lines += [f"### Fig. 15 ladder ({inst.num_requests} requests)", "",
               "| scheduler | throughput (req/s) | response mean (s) | response p95 (s) | "
               "completion std (s) | busy std (s) | batch size | pad tok/req | "
-              "invalid tok/req | slices/req | replay (s) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "invalid tok/req | slices/req | early returns | replay (s) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     replays = {}
     for name in LADDER:
         t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def main() -> None:
             f"{m['response_p95_ms'] / 1e3:.1f} | {m['completion_std_ms'] / 1e3:.2f} | "
             f"{m['busy_std_ms'] / 1e3:.2f} | {m['batch_size_mean']:.1f} | "
             f"{m['pad_tokens_per_request']:.0f} | {m['invalid_tokens_per_request']:.0f} | "
-            f"{m['slices_per_request']:.2f} | {wall:.2f} |")
+            f"{m['slices_per_request']:.2f} | {m['early_return_share']:.1%} | {wall:.2f} |")
         print(lines[-1], flush=True)
 
     # 2. Fig. 17: load imbalance under various rates

@@ -229,3 +229,16 @@ def test_bad_input_is_a_user_error():
         replay_slices(toy([("x", huge, 2, 0.0)]), "scls", instances=2)
     with pytest.raises(ProfileError):
         replay_slices(load_instance(TOY / "quickstart.yaml"), "scls")
+
+
+@pytest.mark.parametrize("dispatch", ["pool", "route"])
+def test_a_prompt_that_outgrows_memory_is_a_user_error(dispatch):
+    # fits alone at S = 4 with its input, not once 4 generated tokens are re-prefilled
+    cap = math.floor(usable_bytes() / RAW["kv_bytes_per_token"])
+    sch = SliceScheduler("toy", dispatch=dispatch, batcher="fcfs", batch_size=1,
+                         offloader="round-robin", interval="fixed", slice_length=4)
+    with pytest.raises(LlmoptError, match="does not fit in memory even alone"):
+        replay_slices(toy([("x", cap - 4, 8, 0.0)]), sch, instances=1)
+    # four input tokens fewer and it is served in two slices
+    r = replay_slices(toy([("x", cap - 8, 8, 0.0)]), sch, instances=1)
+    assert r.requests["slices"].tolist() == [2]

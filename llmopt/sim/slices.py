@@ -30,7 +30,8 @@ Two ways requests reach the instances (:class:`SliceScheduler`, field ``dispatch
            takes the first ``batch_size`` requests of its queue (FCFS; fewer when the queue is
            shorter: it does not wait to fill a batch) and serves them; if that batch would run
            out of memory (eqs 5–9 / Algorithm 2 at S) its last members stay queued until it
-           fits. SLS is this with S = the generation limit (1024 in section 5.1).
+           fits (a request that does not fit even alone is a user error, as in the pool).
+           SLS is this with S = the generation limit (1024 in section 5.1).
 
 An instance serves its local queue one batch after another. Events at one instant are taken in
 the order: batch ends, arrivals, the period; then idle instances start their next batch.
@@ -418,6 +419,9 @@ class _Cluster:
         for _ in batch:
             q.popleft()
         longest = int(max(st.input[i] + st.generated[i] for i in batch))
+        if len(batch) == 1 and self.profile.out_of_memory(1, longest, self.s):
+            # a re-sent request whose prompt grew beyond memory: the pool's user error
+            Pool.of([longest], self.profile, self.s, [st.ids[batch[0]]], file=self.label)
         self.queue[w].append((batch, self.profile.serve_ms(len(batch), longest, self.s), -1))
 
     # --- serving ----------------------------------------------------------------------------
