@@ -522,11 +522,12 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
         lns = bp.bins > LNS_MIN_BINS
         search_useful = True  # False once bin completion ends undecided before its deadline
         # the cardinality model where a pigeonhole class exists, last in each round; bin
-        # completion's first slice is short where that class holds nearly every job (the
-        # non-uniform shape, where it is the cardinality model that decides)
+        # completion's first slice is short where that class holds nearly every job and no LNS
+        # follows (the non-uniform shape on few clients, where it is the cardinality model
+        # that decides)
         found = pcmax_cardinality.pigeonhole_class(bp.weights, bp.bins, bound.tokens)
         use_cardinality = found is not None and bp.n * bp.bins <= pcmax_cardinality.MAX_CELLS
-        cardinality_first = (found is not None and use_cardinality
+        cardinality_first = (found is not None and use_cardinality and not lns
                              and len(found[1]) >= CARD_FIRST_SHARE * bp.n)
         lp_done = False
         first_round = True
