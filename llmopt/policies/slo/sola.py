@@ -64,8 +64,9 @@ A refused request does not stop the scan (Algorithm 1, line 9: ``continue``). Th
 requests' predictions used by the test are redone every PREDICTION_REFRESH finishes and after a
 preemption, not at every finish (a choice, for speed: D_i moves little from one finish to the
 next). An iteration in which no waiting request can start is decodes only and leaves the
-monitor's window and γ as they are (``_decodes_only``). When KVs still run short (a prediction was too low), the running decodes of lowest priority that
-are not in the batch are preempted (recompute), as vLLM does: SOLA itself excludes preemption.
+monitor's window and γ as they are (``_decodes_only``). When KVs still run short (a prediction
+was too low), the running decodes of lowest priority that are not in the batch are preempted
+(recompute), as vLLM does: SOLA itself excludes preemption.
 """
 
 from __future__ import annotations
