@@ -612,7 +612,7 @@ class _RunningPeak:
         if self.finishes >= PREDICTION_REFRESH:
             self.invalidate()
         else:
-            del self.items[i]
+            self.items.pop(i, None)
             self.profile = None
 
 
