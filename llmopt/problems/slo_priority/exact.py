@@ -83,7 +83,7 @@ def clock_decimals(data: SloPriorityData) -> tuple[int, bool]:
     B = data.max_batch
     horizon = sum(max(row[1:B + 1]) for row in data.exec_ms)
     d = need
-    while d > 0 and horizon * 10 ** d > CLOCK_UNITS:
+    while d > 0 and (data.n + 1) * horizon * 10 ** d > CLOCK_UNITS:
         d -= 1
     return d, d == need
 
