@@ -88,6 +88,18 @@ def clock_decimals(data: SloPriorityData) -> tuple[int, bool]:
     return d, d == need
 
 
+def _clock_tables(data: SloPriorityData, scale: int
+                  ) -> tuple[list[list[int]], list[list[int]], int]:
+    """t_exec and t_p per request and batch size (column 0 unused) in clock units, rounded
+    down, and the horizon (every request at its slowest size, one after another)."""
+    B = data.max_batch
+    ex = [[0] + [math.floor(data.exec_ms[i][s] * scale) for s in range(1, B + 1)]
+          for i in range(data.n)]
+    pre = [[0] + [math.floor(data.prefill_ms[i][s] * scale) for s in range(1, B + 1)]
+           for i in range(data.n)]
+    return ex, pre, sum(max(row[1:]) for row in ex)
+
+
 class _Model:
     def __init__(self, data: SloPriorityData, decimals: int, only_met: bool = False) -> None:
         """``only_met``: the model places only the met requests (for the most requests that
@@ -99,11 +111,7 @@ class _Model:
         scale = 10 ** decimals
         self.scale = scale
         m = cp_model.CpModel()
-        ex = [[0] + [math.floor(data.exec_ms[i][s] * scale) for s in range(1, B + 1)]
-              for i in range(n)]
-        pre = [[0] + [math.floor(data.prefill_ms[i][s] * scale) for s in range(1, B + 1)]
-               for i in range(n)]
-        horizon = sum(max(row[1:]) for row in ex)
+        ex, pre, horizon = _clock_tables(data, scale)
         N = n  # batch slots
         x = [[m.new_bool_var(f"x{i}_{j}") for j in range(N)] for i in range(n)]
         y = [[m.new_bool_var(f"y{j}_{s}") for s in range(B + 1)] for j in range(N)]
@@ -298,11 +306,7 @@ class _IntervalModel(_Model):
         scale = 10 ** decimals
         self.scale = scale
         m = cp_model.CpModel()
-        ex = [[0] + [math.floor(data.exec_ms[i][s] * scale) for s in range(1, B + 1)]
-              for i in range(n)]
-        pre = [[0] + [math.floor(data.prefill_ms[i][s] * scale) for s in range(1, B + 1)]
-               for i in range(n)]
-        horizon = sum(max(row[1:]) for row in ex)
+        ex, pre, horizon = _clock_tables(data, scale)
         spans = [(a, s) for a in range(n) for s in range(1, B + 1) if a + s <= n]
         z = {(a, s): m.new_bool_var(f"z{a}_{s}") for a, s in spans}
         v = {(i, a, s): m.new_bool_var(f"v{i}_{a}_{s}") for i in range(n) for a, s in spans}
