@@ -9,7 +9,7 @@ from conftest import ROOT
 from llmopt.data.cost import load_profile
 from llmopt.errors import InternalError, OptionError
 from llmopt.files import load_yaml_mapping
-from llmopt.policies.slice.execution import serve_slice
+from llmopt.sim.slices import serve_slice
 
 PROFILE = "scls-llama2-13b-a100"
 RAW = load_yaml_mapping(ROOT / "models" / f"{PROFILE}.yaml")

@@ -18,7 +18,6 @@ from llmopt.policies.slo.sola import (
     LengthDistribution,
     Sola,
     SolaCostModel,
-    _peak,
     _PeakProfile,
     quantile_level,
 )
@@ -38,6 +37,18 @@ def slo_instance(count: int = 60, rate: float = 25.0, seed: int = 0, multiple: f
             "output": {"dist": "lognormal", "mean": 120, "std": 120, "max": 600},
             "arrival": {"process": "gamma", "rate_per_s": rate, "cv": 2}}},
         "slo": {"multiple": multiple}})
+
+
+def _peak(items: list[tuple[int, int]]) -> float:
+    """The reference peak: max over t of Σ_{left_j ≥ t} (now_j + t), checked at each
+    t = left_k (items sorted by descending left)."""
+    ordered = sorted(items, key=lambda x: -x[0])
+    best = 0.0
+    held = 0
+    for count, (left, now) in enumerate(ordered, 1):
+        held += now
+        best = max(best, held + count * left)
+    return best
 
 
 def test_eq_4_is_fitted_exactly_and_eq_3_closely() -> None:

@@ -665,7 +665,8 @@ class _PeakMemory:
 
 
 class _PeakProfile:
-    """The peak of :func:`_peak` over fixed items plus any one candidate, in O(log n) a query.
+    """The predicted peak KV use, max over t of Σ_{left_j ≥ t} (now_j + t), of fixed items
+    (tokens left, KVs now) plus any one candidate, in O(log n) a query.
 
     Items sorted by descending ``left``; with ``H_k`` the KVs now of the first k and
     ``v_k = H_k + k·left_k``, a candidate (l, n) placed after the p items with left ≥ l gives
@@ -687,14 +688,3 @@ class _PeakProfile:
         p = bisect.bisect_right(self.neg_left, -left)  # items with left >= the candidate's
         return max(self.prefix_max[p], self.held[p] + now + (p + 1) * left,
                    self.suffix_max[p] + now)
-
-
-def _peak(items: list[tuple[int, int]]) -> float:
-    """max over t of Σ_{left_j ≥ t} (now_j + t), checked at each t = left_k."""
-    ordered = sorted(items, key=lambda x: -x[0])
-    best = 0.0
-    held = 0
-    for count, (left, now) in enumerate(ordered, 1):
-        held += now
-        best = max(best, held + count * left)
-    return best

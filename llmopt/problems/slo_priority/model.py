@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from llmopt.data.cost.bilinear import BilinearProfile
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError
+from llmopt.schedule.metrics import MET_TOLERANCE_MS
 
-MET_TOLERANCE_MS = 1e-6  # as llmopt.schedule.metrics: a target met up to rounding is met
 Batches = tuple[tuple[int, ...], ...]  # request indices per batch, in priority order
 
 
