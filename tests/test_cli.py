@@ -115,7 +115,7 @@ def test_replay_runs_the_policies_that_can_and_reports_the_others(cli, tmp_path)
     result = cli("replay", TOY / "quickstart.yaml", "--policy", "baseline,vllm,online",
                  "--out", tmp_path, "--no-plot")
     assert result.exit_code == 2
-    assert "error: policy vllm:" in result.stderr and "infermax profile" in result.stderr
+    assert "error: policy vllm:" in result.stderr and "profiles of family infermax" in result.stderr
     assert "1 of 3 policies could not run" in result.stderr
     assert "Traceback" not in result.stderr
     for name in ("baseline", "online"):
@@ -210,3 +210,13 @@ def test_plot_save_takes_a_string_path(tmp_path, monkeypatch):
     _, ax = plt.subplots()
     plot.save(ax, "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(("instance", "policy"), [("huang-chat-code.yaml", "vllm"),
+                                                  ("huang-chat-code.yaml", "baseline"),
+                                                  ("infermax-tiny.yaml", "hybrid")])
+def test_replay_refuses_a_policy_of_another_profile_family(cli, tmp_path, instance, policy):
+    result = cli("replay", TOY / instance, "--policy", policy, "--out", tmp_path, "--no-plot")
+    assert result.exit_code == 2
+    assert f"policy {policy} runs on profiles of family" in result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
