@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 from llmopt.cli.common import (
     InstanceArg,
@@ -22,12 +23,14 @@ from llmopt.cli.common import (
     router_help,
     write_solution,
 )
-from llmopt.data.instance import load_instance
+from llmopt.data.instance import Instance, load_instance
 from llmopt.errors import LlmoptError, OptionError, SolutionFileError
 from llmopt.files import out_path
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
+from llmopt.policies.slice.replay import LADDER_COLUMNS, is_slice_policy, slice_result
 from llmopt.report import plot as plots
+from llmopt.report.slice_plot import plot_slices
 from llmopt.report.slo_plot import slo_cdf_figure
 from llmopt.result import read_solution
 from llmopt.schedule import Schedule
@@ -79,10 +82,26 @@ offline, online, hybrid; InferMax: every scheduler)."""
                                 "was made for other data", file=plan, field="instance_sha256",
                                 value=plan_data["instance_sha256"])
     shown = progress(verbose)
+    if router is not None and any(is_slice_policy(n) for n in names):
+        raise OptionError("the slice-level schedulers (sls, so, pm, ab, lb, scls) dispatch "
+                          "by their own rule; no router applies", field="--router",
+                          value=router)
     rows, written = [], []
+    slice_rows: list[tuple[str, dict]] = []
     schedules: dict[str, Schedule] = {}
     failed: list[tuple[str, LlmoptError]] = []
     for name in names:
+        if is_slice_policy(name):
+            try:
+                metrics, paths = replay_slice_policy(inst, name, out_dir, plot)
+            except LlmoptError as exc:
+                if len(names) == 1:
+                    raise exc from None
+                failed.append((name, exc))
+                continue
+            slice_rows.append((name, metrics))
+            written += paths
+            continue
         try:
             result, schedule = replay_result(inst, name, plan=plan_data, router=router,
                                              progress=shown)
@@ -109,6 +128,8 @@ offline, online, hybrid; InferMax: every scheduler)."""
                                   out_path(out_dir, inst.name, "slo-cdf.png")))
     if rows:
         out.print(metrics_table(rows))
+    if slice_rows:
+        out.print(slice_metrics_table(slice_rows))
     for path in written:
         out.print(f"wrote {path}")
     for name, reason in failed:
@@ -118,3 +139,32 @@ offline, online, hybrid; InferMax: every scheduler)."""
         err.print(f"{len(failed)} of {len(names)} policies could not run this instance; the "
                   "others were replayed")
         raise typer.Exit(2)
+
+
+def replay_slice_policy(inst: Instance, name: str, out_dir: Path,
+                        plot: bool) -> tuple[dict, list[Path]]:
+    """A slice-level scheduler (Cheng et al. 2024) on the instance's model instances: the
+    solution JSON with the slice schedule (mode ``slices``) and, with ``plot``, the Gantt of its
+    slices; its metrics and the paths written."""
+    result, sliced = slice_result(inst, name)
+    base = out_path(out_dir, inst.name, f"replay-{name}")
+    written = [write_solution(result, base.with_suffix(".json"), inst)]
+    if plot:
+        written.append(plots.save(plot_slices(sliced), base.with_suffix(".png")))
+    return result.data["metrics"], written
+
+
+def slice_metrics_table(rows: list[tuple[str, dict]]) -> Table:
+    """The section 5 metrics of slice-level replays (times in s)."""
+    table = Table(show_edge=False, header_style="bold", title="slice-level replays: times in s; "
+                  "pad, invalid (tokens) and slices per request", title_justify="left")
+    for head in ("policy", "req/s", "resp mean", "resp p95", "last end", "compl std",
+                 "batch", "pad", "invalid", "slices"):
+        table.add_column(head, justify="left" if head == "policy" else "right",
+                         no_wrap=True)
+    for name, m in rows:
+        table.add_row(name, *[f"{m[k] / 1000:,.2f}" if k.endswith("_ms")
+                              else f"{m[k]:,.2f}" if k in ("throughput_rps",
+                                                           "slices_per_request")
+                              else f"{m[k]:,.1f}" for k in LADDER_COLUMNS])
+    return table

@@ -42,6 +42,10 @@ PANG = "Pang et al. 2025"
 KIM = "Kim et al. 2025 (InferMax)"
 SOLA = "Hong et al. 2025 (SOLA)"
 V1 = "vLLM V1 (v0.11)"
+SCLS = "Cheng et al. 2024 (SCLS)"
+# the slice-level schedulers of llmopt.policies.slice (names of its SCHEDULERS, Fig. 15's order);
+# listed here rather than imported: the batcher and offloader load Pyomo and OR-Tools
+SLICE_POLICIES = ("sls", "so", "pm", "ab", "lb", "scls")
 
 POLICIES: dict[str, PolicyInfo] = {
     p.name: p for p in [
@@ -70,6 +74,21 @@ POLICIES: dict[str, PolicyInfo] = {
         PolicyInfo("sola", "infermax", SOLA, "sections 4 and 5, Algorithm 1, Table 2, eqs 1–5",
                    "state-aware: TTFT or TPOT optimized subject to the other per iteration, "
                    "deadline-ordered prefills, peak-memory-aware admission (needs SLOs)"),
+        PolicyInfo("sls", "scls", SCLS, "section 5.1 (baseline; Fig. 15 step 1)",
+                   "sequence-level: round-robin at arrival, FCFS static batches of 16 "
+                   "generated to completion (S = 1024)"),
+        PolicyInfo("so", "scls", SCLS, "section 5.4 (Fig. 15 step 2)",
+                   "slice-only: SLS with slices of S = 128, unfinished requests re-sent "
+                   "round-robin"),
+        PolicyInfo("pm", "scls", SCLS, "section 5.4 (Fig. 15 step 3)",
+                   "padding-mitigating: central pool every 6 s, eq 10's DP with at most 16 "
+                   "per batch, round-robin offloading"),
+        PolicyInfo("ab", "scls", SCLS, "section 5.4, Algorithm 1 (Fig. 15 step 4)",
+                   "adaptive batching: PM with Algorithm 1's DP unlimited (eqs 1–10)"),
+        PolicyInfo("lb", "scls", SCLS, "section 5.4, eq 11 (Fig. 15 step 5)",
+                   "load balancing: AB with max-min offloading and the load decrement"),
+        PolicyInfo("scls", "scls", SCLS, "section 4, Algorithm 1, eqs 1–12 (Fig. 15 step 6)",
+                   "SCLS: LB with the adaptive interval of eq 12 (lambda 0.5, Gamma 6 s)"),
         PolicyInfo("plan", "any", "llmopt", "solution files",
                    "a solver's plan followed exactly (--plan SOLUTION): PD stages or "
                    "InferMax batches"),
@@ -95,6 +114,7 @@ DEFAULT_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
     "pang_linear": {"replay": ("baseline", "offline", "online", "hybrid"),
                     "compare": ("baseline", "offline", "online", "iteration", "hybrid")},
     "infermax": {"replay": tuple(SCHEDULERS), "compare": tuple(SCHEDULERS)},
+    "scls": {"replay": SLICE_POLICIES, "compare": SLICE_POLICIES},
 }
 # the issue 15 baselines run when named, not by default: the defaults stay InferMax's schedulers
 DEFAULT_POLICIES["infermax"] = {

@@ -30,11 +30,20 @@ from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
 from llmopt.validate.infermax import check_infermax, check_replay
 from llmopt.validate.pd_competition import check_pd_competition
 from llmopt.validate.scls import check_scls_batching
+from llmopt.validate.slices import check_slice_replay
 from llmopt.validate.slo_priority import check_slo_priority
+
+
+def check_any_replay(instance: Instance, sol: dict[str, Any], verdict: Verdict) -> Evidence:
+    """A replay: slice-level (mode ``slices``, Cheng et al. 2024) or on the simulation core."""
+    if sol.get("mode") == "slices":
+        return check_slice_replay(instance, sol, verdict)
+    return check_replay(instance, sol, verdict)
+
 
 CHECKERS: dict[str, Callable[[Instance, dict[str, Any], Verdict], Evidence]] = {
     "binpacking": check_binpacking,
-    "replay": check_replay,
+    "replay": check_any_replay,
     "pd-competition": check_pd_competition,
     "infermax-csp": check_infermax,
     "scls-batching": check_scls_batching,

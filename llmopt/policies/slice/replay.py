@@ -1,0 +1,125 @@
+"""Slice-level replays as solution files (problem ``replay``, mode ``slices``): SCLS and its
+Fig. 15 ladder (Cheng et al. 2024, sections 5.1 and 5.4) on the instance's model instances
+(``system.instances``), for ``llmopt replay`` and ``llmopt compare``.
+
+The file carries the metrics of :meth:`SliceReplay.metrics` (section 5's measures) and the slice
+schedule itself, one record per padded static batch (one slice)::
+
+    {"instance", "start_ms", "end_ms", "requests": [ids, in slot order], "padded_length" (L_i),
+     "iterations" (L_o), "prompt_tokens", "generated", "pad_tokens", "invalid_tokens"
+     (per request, in the order of "requests")}
+
+``llmopt validate`` re-derives all of it from the instance and the profile's eqs 1–9
+(:mod:`llmopt.validate.slices`). The objective is the makespan (the last finish, ms).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pandas as pd
+
+from llmopt.data.instance import Instance
+from llmopt.policies.replay import check_family
+from llmopt.policies.slice.schedulers import SCHEDULERS, replay_slices
+from llmopt.result import Result
+from llmopt.sim.slices import SliceReplay
+from llmopt.version import __version__
+
+MODE = "slices"
+
+# the ladder table of ``llmopt compare`` (Fig. 15 and 17's measures): column → header
+LADDER_COLUMNS = {
+    "throughput_rps": "req/s",
+    "response_mean_ms": "response (s)",
+    "response_p95_ms": "resp. p95 (s)",
+    "makespan_ms": "last end (s)",
+    "completion_std_ms": "compl. std (s)",
+    "batch_size_mean": "batch",
+    "pad_tokens_per_request": "pad/req",
+    "invalid_tokens_per_request": "invalid/req",
+    "slices_per_request": "slices/req",
+}
+
+
+def is_slice_policy(policy: str) -> bool:
+    """Whether ``policy`` is one of the slice-level schedulers (SLS, SO, PM, AB, LB, SCLS)."""
+    return policy in SCHEDULERS
+
+
+def slice_records(replay: SliceReplay) -> list[dict[str, Any]]:
+    """One record per slice (padded static batch), in start order (see the module doc)."""
+    bat, mem = replay.batches, replay.members
+    ids = replay.requests["request"].tolist()
+    grouped: dict[int, pd.DataFrame] = {}
+    key: Any
+    for key, g in mem.groupby("batch", sort=False):
+        grouped[int(key)] = g.sort_values("slot")
+    records = []
+    row: Any  # pandas-stubs types each field of itertuples() as any scalar
+    for row in bat.itertuples(index=False):
+        g = grouped[int(row.batch)]
+        records.append({
+            "instance": int(row.instance),
+            "start_ms": round(float(row.start_ms), 6),
+            "end_ms": round(float(row.end_ms), 6),
+            "requests": [ids[int(r)] for r in g["request"]],
+            "padded_length": int(row.padded_length),
+            "iterations": int(row.iterations),
+            "prompt_tokens": [int(x) for x in g["prompt_tokens"]],
+            "generated": [int(x) for x in g["generated"]],
+            "pad_tokens": [int(x) for x in g["pad_tokens"]],
+            "invalid_tokens": [int(x) for x in g["invalid_tokens"]],
+        })
+    return records
+
+
+def slice_result(instance: Instance, policy: str) -> tuple[Result, SliceReplay]:
+    """Replay ``instance`` under the slice-level scheduler ``policy`` on its
+    ``system.instances`` model instances (defaults of section 5.1: S = 128, Γ = 6 s, λ = 0.5)
+    and wrap it as a solution (problem ``replay``, mode ``slices``, solver = policy)."""
+    check_family(instance, policy)
+    t0 = time.perf_counter()
+    replay = replay_slices(instance, policy, instances=instance.system.instances)
+    runtime = time.perf_counter() - t0
+    metrics = replay.metrics()
+    sch = replay.scheduler or SCHEDULERS[policy]
+    result = Result(
+        problem="replay", solver=policy, status="feasible",
+        objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
+        time_limit_s=None, solver_version=f"llmopt {__version__} replay",
+        data={"mode": MODE, "instances": replay.workers, "slice_length": replay.slice_length,
+              "scheduler": {"dispatch": sch.dispatch, "batcher": sch.batcher,
+                            "batch_size": sch.batch_size, "offloader": sch.offloader,
+                            "interval": sch.interval, "gamma_ms": sch.gamma_ms,
+                            "lam": sch.lam},
+              "memory_rule": replay.profile.memory_rule,
+              "metrics": metrics, "slices": slice_records(replay)},
+    )
+    return result, replay
+
+
+def ladder_table(results: dict[str, Result]) -> pd.DataFrame:
+    """One row per slice-level replay: its section 5 metrics (``LADDER_COLUMNS``)."""
+    return pd.DataFrame([{"schedule": name, **{k: r.data["metrics"][k] for k in LADDER_COLUMNS}}
+                         for name, r in results.items()])
+
+
+def ladder_markdown(table: pd.DataFrame) -> str:
+    """``ladder_table`` as markdown, times in seconds."""
+    heads = ["schedule", *LADDER_COLUMNS.values()]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for row in table.to_dict("records"):
+        cells = [str(row["schedule"])]
+        for key in LADDER_COLUMNS:
+            value = float(row[key])
+            cells.append(f"{value / 1000:,.2f}" if key.endswith("_ms")
+                         else f"{value:,.2f}" if key in ("throughput_rps", "slices_per_request")
+                         else f"{value:,.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["LADDER_COLUMNS", "MODE", "is_slice_policy", "ladder_markdown", "ladder_table",
+           "slice_records", "slice_result"]
