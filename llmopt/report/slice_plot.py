@@ -71,8 +71,9 @@ def plot_slices(replay: SliceReplay, ax: Axes | None = None, title: str | None =
                        Patch(facecolor=WASTE_COLOR, hatch="\\\\\\\\", label="invalid share")],
               loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7, ncols=4,
               frameon=False)
+    lanes = "instance" if replay.workers == 1 else "instances"
     ax.set_title(title or f"{replay.policy}: {len(replay.batches)} batches on "
-                 f"{replay.workers} instances (box height = batch size, largest "
+                 f"{replay.workers} {lanes} (box height = batch size, largest "
                  f"{int(top)}; bar = instance completion)", fontsize=10, pad=18)
     return ax
 
