@@ -42,6 +42,7 @@ PANG = "Pang et al. 2025"
 KIM = "Kim et al. 2025 (InferMax)"
 SOLA = "Hong et al. 2025 (SOLA)"
 V1 = "vLLM V1 (v0.11)"
+HUANG = "Huang et al. 2025"
 SCLS = "Cheng et al. 2024 (SCLS)"
 # the slice-level schedulers of llmopt.policies.slice (names of its SCHEDULERS, Fig. 15's order);
 # listed here rather than imported: the batcher and offloader load Pyomo and OR-Tools
@@ -89,6 +90,9 @@ POLICIES: dict[str, PolicyInfo] = {
                    "load balancing: AB with max-min offloading and the load decrement"),
         PolicyInfo("scls", "scls", SCLS, "section 4, Algorithm 1, eqs 1–12 (Fig. 15 step 6)",
                    "SCLS: LB with the adaptive interval of eq 12 (lambda 0.5, Gamma 6 s)"),
+        PolicyInfo("huang-vllm", "bilinear", HUANG, "section 5.1 (baseline: vLLM v0.6.0)",
+                   "vLLM's continuous batching, FCFS, prefill-first, no chunked prefill, on the "
+                   "bilinear predictor (first token from the first decode, I + O KVs reserved)"),
         PolicyInfo("plan", "any", "llmopt", "solution files",
                    "a solver's plan followed exactly (--plan SOLUTION): PD stages or "
                    "InferMax batches"),
@@ -116,6 +120,7 @@ DEFAULT_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
     "infermax": {"replay": tuple(SCHEDULERS), "compare": tuple(SCHEDULERS)},
     "scls": {"replay": SLICE_POLICIES, "compare": SLICE_POLICIES},
 }
+DEFAULT_POLICIES["bilinear"] = {"replay": ("huang-vllm",), "compare": ("huang-vllm",)}
 # the issue 15 baselines run when named, not by default: the defaults stay InferMax's schedulers
 DEFAULT_POLICIES["infermax"] = {
     command: tuple(p for p in names if SCHEDULERS[p].source == "infermax")

@@ -36,6 +36,11 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
                           value=router)
     check_family(instance, policy)
     chosen = ROUTERS[router].make() if router else None
+    if POLICIES[policy].family == "bilinear" or (
+            policy == "plan" and isinstance(plan, Mapping)
+            and plan.get("problem") == "slo-priority"):  # Huang et al.'s static batches
+        return load("llmopt.policies.slo_priority:deploy")(instance, policy, plan=plan,
+                                                            router=chosen)
     if policy == "plan" and isinstance(plan, Mapping) and plan.get("mode") == "continuous":
         if chosen is not None:
             raise OptionError("a plan of batches fixes its replica; no router applies",

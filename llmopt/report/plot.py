@@ -247,10 +247,63 @@ def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str =
                   f"{metrics['makespan_ms'] / 1000:.2f} s")
     plot_gantt(segments, instance.system.clients, ax=ax, title=title, by_request=by_request,
                unit=unit, request_order=list(instance.ids))
+    if (getattr(instance.profile, "family", "") == "bilinear" and not by_request
+            and with_kv and instance.has_slos):
+        _mark_missed_slos(ax, instance, segments, iterations, unit)
     if with_kv:
         ax.set_xlabel("")
         plot_kv(iterations, resolve_limits(instance).kv_tokens, ax=axes[1], unit=unit)
     return ax
+
+
+MISSED_COLOR = "#d62728"
+
+
+def _mark_missed_slos(ax: Axes, instance: Instance, segments, iterations,
+                      unit: tuple[str, float]) -> None:
+    """Outline in red, on its client's row, each request that missed its SLO (Huang et al.'s
+    slo-priority replays, bilinear profile: the first output token comes with the end of the
+    request's first decode iteration). Drawn only for that family: other charts are
+    unchanged."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    work = segments[segments["phase"] != "evict"]
+    if not len(work):
+        return
+    spans = work.groupby("request", observed=True).agg(
+        start=("start_ms", "min"), finish=("end_ms", "max"), client=("client", "first"),
+        instance=("instance", "first"))
+    decode = work[work["phase"] == "decode"].groupby("request", observed=True)["start_ms"].min()
+    ends = {}
+    for inst, part in iterations.groupby("instance"):
+        part = part.sort_values("start_ms", kind="stable")
+        ends[inst] = (part["start_ms"].to_numpy(dtype=float), part["end_ms"].to_numpy(dtype=float))
+    J, div = instance.system.clients, unit[1]
+    targets = {f: instance.slo_targets(f"{f}_slo_ms") for f in ("ttft", "tpot", "e2e")}
+    missed = 0
+    for k, r in enumerate(instance.requests):
+        if r.id not in spans.index or r.id not in decode.index:
+            continue
+        row = spans.loc[r.id]
+        starts, finishes = ends[row["instance"]]
+        first = finishes[min(int(np.searchsorted(starts, decode[r.id] - 1e-6)), len(starts) - 1)]
+        ttft, e2e = first - r.arrival_ms, row["finish"] - r.arrival_ms
+        tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else np.nan
+        values = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+        if any(not np.isnan(targets[f][k]) and not np.isnan(v) and v > targets[f][k] + 1e-6
+               for f, v in values.items()):
+            missed += 1
+            y = row["instance"] * J + row["client"]
+            ax.add_patch(Rectangle((row["start"] / div, y - 0.46),
+                                   (row["finish"] - row["start"]) / div, 0.92, fill=False,
+                                   edgecolor=MISSED_COLOR, linewidth=1.6, zorder=4))
+    if missed:
+        legend = ax.get_legend()
+        handles = list(legend.legend_handles) if legend is not None else []
+        handles.append(Line2D([], [], color=MISSED_COLOR, lw=1.6,
+                              label=f"missed SLO ({missed})"))
+        ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
 
 
 def plot_comparison(table, bound_ms: float | None = None, ax: Axes | None = None,

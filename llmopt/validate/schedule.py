@@ -589,8 +589,15 @@ def expected_durations(instance: Instance, comp: dict[str, np.ndarray],
       (levels every ``prefill_level_step`` up to the largest stage); decode = T_d, the round at
       the full batch J;
     - ``infermax`` (continuous batching): bias + per_token × tokens + decode_kv × KVs read by
-      decodes + prefill_attention × Σ(c² + 2mc) + per_prefill_request × chunks."""
+      decodes + prefill_attention × Σ(c² + 2mc) + per_prefill_request × chunks;
+    - a ``bilinear`` profile (Huang et al. 2025, eqs 14–15), whatever the time model: a prefill
+      of b chunks and P prompt tokens lasts eq 14 at batch b and length P / b; d decodes
+      reading K KVs last eq 15 at batch d and accumulated length (K + d) / d (the token being
+      produced counted, as eq 16 counts l_i + k for the k-th output token); an iteration with
+      both lasts the sum."""
     profile = instance.profile
+    if getattr(profile, "family", None) == "bilinear":
+        return _bilinear_durations(profile, comp)
     if time_model == "infermax":
         need = ("bias_ms", "per_token_ms", "decode_kv_ms", "prefill_attention_ms",
                 "per_prefill_request_ms")
@@ -618,6 +625,26 @@ def expected_durations(instance: Instance, comp: dict[str, np.ndarray],
     level_cap = np.minimum(np.ceil(tokens / step) * step, cap)
     full_batch = dec.overhead_ms + dec.per_client_ms * instance.system.clients
     return np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * level_cap, full_batch)
+
+
+def _bilinear_durations(profile: Any, comp: dict[str, np.ndarray]) -> np.ndarray | str:
+    """Iteration times under eqs 14–15 of Huang et al. (see ``expected_durations``), written
+    out from the profile's coefficients."""
+    coefficients = []
+    for part in ("prefill", "decode"):
+        c = getattr(profile, part, None)
+        values = [getattr(c, k, None) for k in ("alpha", "beta", "gamma", "delta")]
+        if any(v is None for v in values):
+            return f"profile {profile.name} has no bilinear {part} coefficients"
+        coefficients.append(values)
+    (ap, bp, gp, dp), (ad, bd, gd, dd) = coefficients
+    tokens, b = comp["prefill_tokens"], comp["chunks"]
+    d, kv = comp["decoding"], comp["kv_read"]
+    length = np.where(b > 0, tokens / np.maximum(b, 1), 0.0)
+    prefill = np.where(b > 0, ap * b * length + bp * b + gp * length + dp, 0.0)
+    accumulated = np.where(d > 0, (kv + d) / np.maximum(d, 1), 0.0)
+    decode = np.where(d > 0, ad * d * accumulated + bd * d + gd * accumulated + dd, 0.0)
+    return prefill + decode
 
 
 # ---------------------------------------------------------------------------- derived facts

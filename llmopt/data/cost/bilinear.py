@@ -1,5 +1,30 @@
 """Huang et al. 2025, eqs 14–16 (after Cheng et al. 2024): prefill and per-token decode times
-bilinear in batch size and length."""
+bilinear in batch size and length.
+
+The predictor is per request (request i in a batch of b); the simulation core times whole
+iterations from their aggregates (``IterationCosts``). The mapping, chosen so that a batch of
+one request reproduces eqs 14–16 exactly:
+
+- a prefill iteration of ``chunks`` = b requests and P prompt tokens lasts eq 14 at batch b and
+  length l = P / b (the mean prompt): α_p·P + β_p·b + γ_p·P/b + δ_p, which is eq 14 exactly when
+  the b prompts are equally long (a cached prefix of a refill or chunk is not counted: eq 14
+  has no term for it);
+- a decode iteration of d requests that read K cached KVs (Σ m) lasts eq 15 at batch d and
+  accumulated length l_a = (K + d) / d, the mean length *with* the token being produced: the
+  k-th decode of a request of l_i prompt tokens reads l_i + k − 1 KVs and eq 16 charges it
+  τ_d(b, l_i + k). It is α_d·(K + d) + β_d·d + γ_d·(K + d)/d + δ_d, linear in K for fixed d
+  (``decode_iteration_costs``);
+- a mixed iteration (prefill chunks and decodes together, which the paper's static batches and
+  vLLM's default scheduler never form) lasts the sum of the two parts: the predictor has no
+  term for their overlap, and the sum is the time of running them one after the other.
+
+Token semantics: eq 16 sums l_o decode steps after the prefill, so the policies that replay on
+this family take the first output token from the first decode (``first_token_from_prefill =
+False``), as in Pang et al.'s stage model; the replayed TTFT is then eq 8 + τ_d(b, l_i + 1).
+
+KV memory: the predictor has none. The replica's KV capacity is ``system.kv_capacity`` when the
+instance gives one (Algorithm 2's memory, eq 20, in tokens), else unlimited.
+"""
 
 from __future__ import annotations
 
@@ -44,3 +69,26 @@ class BilinearProfile(CostProfile):
         lengths = n * input_tokens + n * (n + 1) / 2
         d = self.decode
         return (d.alpha * batch + d.gamma) * lengths + n * (d.beta * batch + d.delta)
+
+    def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
+                     chunks: int) -> float:
+        """An iteration of the simulation (see the module doc): eq 14 at b = ``chunks``, l =
+        ``prefill_tokens`` / b, plus eq 15 at b = ``decodes``, l_a = (``decode_kv`` + b) / b;
+        ``units`` (Σ(c² + 2mc)) is not read. 0 for an empty iteration."""
+        total = 0.0
+        if chunks > 0 and prefill_tokens > 0:
+            p = self.prefill
+            total += (p.alpha * prefill_tokens + p.beta * chunks
+                      + p.gamma * prefill_tokens / chunks + p.delta)
+        if decodes > 0:
+            per_batch, per_kv = self.decode_iteration_costs(decodes)
+            total += per_batch + per_kv * decode_kv
+        return total
+
+    def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
+        """A decode-only iteration of d = ``decodes`` requests reading K KVs lasts per_batch +
+        per_kv·K (eq 15 at b = d, l_a = (K + d)/d): per_batch = α_d·d + β_d·d + γ_d + δ_d,
+        per_kv = α_d + γ_d/d."""
+        d = self.decode
+        return (d.alpha * decodes + d.beta * decodes + d.gamma + d.delta,
+                d.alpha + d.gamma / decodes)

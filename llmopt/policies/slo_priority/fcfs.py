@@ -1,0 +1,56 @@
+"""The paper's baseline (Huang et al. 2025, section 5.1, "Baselines" and "Workflows"): vLLM
+v0.6.0 with the SLO-aware feature off, requests sent continuously and the engine choosing each
+iteration's batch: FCFS, prefill-first, no chunked prefill, no mixed iterations, at most
+``system.clients`` requests running (the maximum batch size, vLLM's ``max_num_seqs``).
+
+It is InferMax's ``vllm`` configuration of the unified scheduler (``llmopt.policies.infermax``)
+on the bilinear predictor, with the token semantics of ``llmopt.data.cost.bilinear`` (the first
+output token from the first decode, l_o decodes per request, as eq 16 counts them) and a
+reservation of I + O KVs per request, so that a finite ``system.kv_capacity`` is never overrun
+and nothing is evicted (the predictor has no memory model; without ``system.kv_capacity`` the
+memory is unlimited).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from llmopt.data.instance import Instance
+from llmopt.errors import InstanceError
+from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.infermax.unified import UnifiedScheduler
+from llmopt.sim.replica import Replica
+
+HUANG_VLLM = replace(
+    SCHEDULERS["vllm"], name="huang-vllm", source="huang",
+    description="vLLM v0.6.0's continuous batching (FCFS, prefill-first, no chunked "
+    "prefill) on the bilinear predictor: Huang et al.'s baseline")
+
+
+class ContinuousFcfs(UnifiedScheduler):
+    """``HUANG_VLLM`` on a bilinear profile (see the module doc)."""
+
+    first_token_from_prefill = False
+
+    def __init__(self) -> None:
+        super().__init__(HUANG_VLLM)
+
+    def check(self, instance: Instance, replica: Replica) -> None:
+        label = instance.label()
+        if instance.profile.family != "bilinear":
+            raise InstanceError(f"{self.name} replays on the bilinear predictor (Huang et al. "
+                                "eqs 14-16)", file=label, field="model",
+                                value=instance.profile.name)
+        need = instance.input_tokens + instance.output_tokens
+        too_big = np.flatnonzero(need > replica.M)
+        if len(too_big):
+            i = int(too_big[0])
+            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens "
+                                "(input + output), more than the cache", file=label,
+                                field="system.kv_capacity", value=replica.M)
+        self.C = self.P = replica.C
+
+    def reservation(self, r: Replica, i: int) -> int:
+        return r.I[i] + r.O[i]
