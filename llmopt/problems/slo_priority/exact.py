@@ -5,6 +5,13 @@ total latency t (eq 3) of a plan in which at least k requests meet their SLOs (e
 G* = max_k k / T_k. T_k does not decrease with k, so with T_min the least t of any plan, no k
 with k / T_min ≤ G_inc (the incumbent's G) can beat the incumbent.
 
+Order of the sub-solves: (1) k_max, the most requests that can meet their SLOs together
+(Moore–Hodgson at batch 1, else CP-SAT on at most MAX_MET_SHARE of the time limit); (2) when
+more than one k would be tried, T_0 (the least t of any plan, or its proven bound) on at most
+MIN_T_SHARE of the time left, which replaces the closed-form T_min when larger and prunes the
+small k; (3) T_k for k = k_max downwards while k / T_min > G_inc. Each sub-solve is hinted
+with the plan found so far that is feasible for it (at least k met) of least t.
+
 Model (one instance, requests i, batch slots j = 0..N−1, sizes s = 1..B):
 
 - x_ij: request i runs in batch j (Σ_j x_ij = 1); y_js: batch j holds s requests (s = 0: empty;
@@ -47,6 +54,7 @@ from llmopt.backends.cpsat import subsolver
 from llmopt.problems.slo_priority.model import (
     MET_TOLERANCE_MS,
     Batches,
+    Evaluation,
     SloPriorityData,
     evaluate,
     g_per_s,
@@ -54,6 +62,8 @@ from llmopt.problems.slo_priority.model import (
 from llmopt.progress import SILENT, Progress
 
 CLOCK_UNITS = 10 ** 9
+MAX_MET_SHARE = 0.4  # of the time limit, at most, for the most requests meeting their SLOs
+MIN_T_SHARE = 0.25   # of the time left, at most, for T_0
 T = TypeVar("T", int, float)
 PROOF_TOLERANCE = 1e-9
 
@@ -437,6 +447,15 @@ def _lower_bound(least: list[T], max_batch: int) -> T:
     return sum(e) + wait
 
 
+def _hint_for(found: list[Evaluation], k: int | None) -> Batches | None:
+    """The plan to hint a sub-solve with: of those with at least ``k`` requests meeting their
+    SLOs (a solution of the sub-solve then), the least total latency."""
+    if k is None:
+        return None
+    fit = [ev for ev in found if ev.n_met >= k]
+    return min(fit, key=lambda ev: ev.total_ms).batches if fit else None
+
+
 def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
                 workers: int | None = None, progress: Progress = SILENT,
                 method: str = "parametric", formulation: str = "intervals") -> ExactOutcome:
@@ -455,18 +474,20 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
     best = evaluate(data, incumbent)
     g_inc = best.g_per_s
     solves: list[dict[str, object]] = []
+    found = [best]  # every plan evaluated: the hints of later sub-solves
     n = data.n
     scale = mod.scale
 
-    def run(kind: str, k: int | None) -> tuple[str, float | None, float | None]:
-        """One sub-solve; returns (status, objective, bound) in model units and keeps any
-        better plan."""
+    def run(kind: str, k: int | None, share: float = 1.0
+            ) -> tuple[str, float | None, float | None]:
+        """One sub-solve of at most ``share`` of the time left; returns (status, objective,
+        bound) in model units and keeps any better plan."""
         nonlocal best, g_inc
-        left = deadline - time.perf_counter()
+        left = (deadline - time.perf_counter()) * share
         if left <= 0.01:
             solves.append({"kind": kind, "k": k, "status": "not run (time)"})
             return "not_run", None, None
-        mod.hint(best.batches)
+        mod.hint(_hint_for(found, k) or best.batches)
         solver = subsolver(left, workers)
         status = solver.solve(mod.model)
         name = solver.status_name(status)
@@ -475,6 +496,7 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
             obj, bnd = solver.objective_value, solver.best_objective_bound
             plan = mod.read(solver.value)
             ev = evaluate(data, plan)
+            found.append(ev)
             if ev.g_per_s > g_inc:
                 best, g_inc = ev, ev.g_per_s
                 progress.incumbent(1000.0 / g_inc if g_inc > 0 else None, None, " ms")
@@ -495,7 +517,7 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         if monotone(data):
             mod = _Model(data, decimals, only_met=True)
         mod.model.maximize(mod.count)
-        status, obj, bnd = run("max met", None)
+        status, obj, bnd = run("max met", None, share=MAX_MET_SHARE)
         mod = full
         if status == "OPTIMAL":
             k_max = round(obj or 0)
@@ -531,6 +553,13 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         k = 0
     else:
         k = k_max
+        if g_per_s(k - 1, t_min_ms) > g_inc:  # more than one k to try: T_0 may prune them
+            mod.set_domain(mod.count, 0, n)
+            status, obj, bnd = run("min t", 0, share=MIN_T_SHARE)
+            least = obj if status == "OPTIMAL" else bnd
+            if least is not None:
+                t_min_ms = max(t_min_ms, least / scale)
+                t_min_units = max(t_min_units, math.floor(least))
     # 3. for each k (from the top) that could beat the incumbent: T_k
     while k >= 1 and g_per_s(k, t_min_ms) > g_inc:
         progress.stage(f"CP-SAT: least total latency with at least {k} requests meeting "
