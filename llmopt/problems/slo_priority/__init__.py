@@ -5,5 +5,7 @@ latency predictor (eqs 14–19).
 
 Modules: ``model`` (the data, a plan and the evaluator of G), ``sa`` (Algorithm 1),
 ``exhaustive`` (the paper's strawman, the test oracle), ``exact`` (CP-SAT, parametric in the
-number of met requests, with proof), ``solve`` (the registry's entry point).
+number of met requests, with proof), ``cluster`` (Algorithm 2's planning), ``replayed`` (a plan
+served on the simulation core, G of a replayed schedule), ``solve`` (the registry's entry
+point).
 """

@@ -11,7 +11,8 @@ with the most, as the paper describes. A request larger than an instance's whole
 error.
 
 Each instance then runs its batches one after another from time 0, independently of the others
-(the paper's instance queues). Not built: serving the batches on the simulation core.
+(the paper's instance queues). ``replayed.replay_cluster_plan`` serves a ``ClusterPlan`` on the
+simulation core, the instances on one cluster clock.
 """
 
 from __future__ import annotations
