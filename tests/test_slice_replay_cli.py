@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from conftest import TOY
+from llmopt.data.instance import load_instance
+from llmopt.errors import OptionError
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES, SLICE_POLICIES
+from llmopt.policies.replay import replay
 from llmopt.policies.slice import LADDER
 
 CLUSTER = TOY / "scls-cluster.yaml"
@@ -95,3 +99,21 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, needle):
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.output
     assert "Traceback" not in res.output
+
+
+def test_a_sweep_replays_slice_policies_and_validates_them(cli, tmp_path):
+    sweep = tmp_path / "ladder.yaml"
+    sweep.write_text(f"name: ladder\ninstances: [{TOY / 'scls-fig11.yaml'}]\n"
+                     "grid:\n  policy: [sls, scls]\n")
+    result = cli("sweep", "run", sweep, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    table = pd.read_parquet(tmp_path / "out" / "results.parquet").set_index("policy")
+    assert table["valid"].all() and (table["cell_status"] == "ok").all()
+    # Fig. 11: the 16 requests together (SLS) take 13.5 s, split (SCLS) 7.6 s
+    assert table.loc["sls", "makespan_ms"] > table.loc["scls", "makespan_ms"]
+    assert table.loc["scls", "throughput_rps"] > table.loc["sls", "throughput_rps"]
+
+
+def test_the_iteration_level_replay_refuses_a_slice_policy_with_a_pointer():
+    with pytest.raises(OptionError, match="slice_result"):
+        replay(load_instance(TOY / "scls-fig11.yaml"), "scls")

@@ -22,7 +22,7 @@ from llmopt.cli.common import (
 from llmopt.cli.replay import parse_policies
 from llmopt.data.instance import Instance, load_instance
 from llmopt.files import out_path, write_atomic
-from llmopt.policies.replay import check_family
+from llmopt.policies.registry import check_family
 from llmopt.policies.slice.replay import (
     is_slice_policy,
     ladder_markdown,

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llmopt.data.instance import Instance
+from llmopt.errors import InstanceError
 from llmopt.policies.base import Router
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.routing import (
@@ -131,3 +133,13 @@ def policy_names(family: str | None = None) -> list[str]:
     """Policy names, those for profile ``family`` (and ``plan``) when given."""
     return [name for name, info in POLICIES.items()
             if family is None or info.family in (family, "any")]
+
+
+def check_family(instance: Instance, policy: str) -> None:
+    """Refuse ``policy`` on an instance whose profile family it does not run on."""
+    family, profile = POLICIES[policy].family, instance.profile
+    if family not in ("any", profile.family):
+        raise InstanceError(f"policy {policy} runs on profiles of family {family}; this "
+                            f"model is of family {profile.family} (its policies: "
+                            f"{', '.join(policy_names(profile.family))})",
+                            file=instance.label(), field="model", value=profile.name)

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import InstanceError, OptionError
+from llmopt.errors import OptionError
 from llmopt.plugins import load
 from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.registry import POLICIES, ROUTERS, policy_names
+from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES, check_family
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.schedule import Schedule
@@ -35,6 +35,11 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
         raise OptionError(f"unknown router (known: {', '.join(ROUTERS)})", field="--router",
                           value=router)
     check_family(instance, policy)
+    if policy in SLICE_POLICIES:
+        raise OptionError("schedules slices (padded static batches that move between model "
+                          "instances), not iterations: replay it with `llmopt replay` or "
+                          "llmopt.policies.slice.replay.slice_result", field="--policy",
+                          value=policy)
     chosen = ROUTERS[router].make() if router else None
     if POLICIES[policy].family == "bilinear" or (
             policy == "plan" and isinstance(plan, Mapping)
@@ -53,16 +58,6 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
     # the Pang policies need the bin packing (Pyomo, OR-Tools): loaded when used
     return load("llmopt.policies.pang:deploy")(instance, policy, plan=plan, router=chosen,
                                                progress=progress)
-
-
-def check_family(instance: Instance, policy: str) -> None:
-    """Refuse ``policy`` on an instance whose profile family it does not run on."""
-    family, profile = POLICIES[policy].family, instance.profile
-    if family not in ("any", profile.family):
-        raise InstanceError(f"policy {policy} runs on profiles of family {family}; this "
-                            f"model is of family {profile.family} (its policies: "
-                            f"{', '.join(policy_names(profile.family))})",
-                            file=instance.label(), field="model", value=profile.name)
 
 
 def mode_of(policy: str, plan: Mapping[str, Any] | None = None) -> str:

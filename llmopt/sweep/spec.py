@@ -137,7 +137,10 @@ REPLAY_METRICS = (
     "makespan_ms", "utilization", "tokens_per_s", "iterations", "evictions", "running_mean",
     "batch_size_mean", "kv_tokens_max", "ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
-    "bound_ms", "gap_to_bound", *ATTAINMENT_METRICS)
+    "bound_ms", "gap_to_bound", *ATTAINMENT_METRICS,
+    # the slice-level replays' (Cheng et al. 2024, section 5)
+    "throughput_rps", "response_mean_ms", "response_p95_ms", "completion_std_ms", "busy_std_ms",
+    "pad_tokens_per_request", "invalid_tokens_per_request", "slices_per_request")
 SOLVE_METRICS = ("status", "objective", "bound", "gap", "solve_runtime_s", "replay_makespan_ms")
 METRICS = REPLAY_METRICS + tuple(m for m in SOLVE_METRICS if m not in REPLAY_METRICS)
 

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from llmopt.data.instance import Instance
-from llmopt.policies.replay import check_family
+from llmopt.policies.registry import check_family
 from llmopt.policies.slice.schedulers import SCHEDULERS, replay_slices
 from llmopt.result import Result
 from llmopt.sim.slices import SliceReplay
