@@ -26,11 +26,14 @@ class PolicyInfo:
     paper: str
     where: str       # section, algorithm or table
     summary: str
+    #: continuous batching (chunked prefill, mixed iterations) on a family other than infermax
+    continuous: bool = False
 
     @property
     def mode(self) -> str:
         """The solution files' ``mode`` of its schedules."""
-        return "continuous" if self.family == "infermax" else "pd_competition"
+        return ("continuous" if self.family == "infermax" or self.continuous
+                else "pd_competition")
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,11 @@ POLICIES: dict[str, PolicyInfo] = {
                    "load balancing: AB with max-min offloading and the load decrement"),
         PolicyInfo("scls", "scls", SCLS, "section 4, Algorithm 1, eqs 1–12 (Fig. 15 step 6)",
                    "SCLS: LB with the adaptive interval of eq 12 (lambda 0.5, Gamma 6 s)"),
+        PolicyInfo("ils", "scls", SCLS, "section 5.1 (baseline: DeepSpeed-FastGen)",
+                   "iteration-level: SARATHI's continuous batching (decodes first, hybrid, "
+                   "chunked prefill P = 512) on eqs 3-4 per request, round-robin, at most "
+                   "system.clients running (first token from the first decode)",
+                   continuous=True),
         PolicyInfo("huang-vllm", "bilinear", HUANG, "section 5.1 (baseline: vLLM v0.6.0)",
                    "vLLM's continuous batching, FCFS, prefill-first, no chunked prefill, on the "
                    "bilinear predictor (first token from the first decode, I + O KVs reserved)"),

@@ -41,6 +41,8 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
                           "llmopt.policies.slice.replay.slice_result", field="--policy",
                           value=policy)
     chosen = ROUTERS[router].make() if router else None
+    if policy == "ils":  # Cheng et al.'s iteration-level baseline on the scls family
+        return load("llmopt.policies.slice.ils:deploy")(instance, router=chosen)
     if POLICIES[policy].family == "bilinear" or (
             policy == "plan" and isinstance(plan, Mapping)
             and plan.get("problem") == "slo-priority"):  # Huang et al.'s static batches

@@ -9,7 +9,10 @@ log's times, :func:`check_schedule` establishes, per model instance:
   prefill overlaps a decode;
 - tokens add up: PD competition: prefill tokens = input tokens, decode tokens = output tokens;
   continuous batching: prefill + refill + decode tokens = I + O − 1 + the KVs freed by the
-  request's evictions (every freed KV is recomputed), decode tokens ≤ O − 1;
+  request's evictions (every freed KV is recomputed), decode tokens ≤ O − 1; on the profile
+  families whose predictors count O decode iterations after the prefill (``scls``: Cheng et
+  al. eq 2; ``bilinear``: Huang et al. eq 16) I + O + the KVs freed, decode tokens ≤ O, and
+  the first output token comes with the first decode;
 - KV memory is rebuilt per iteration (a chunk adds its tokens when its iteration ends, a decode
   one per iteration, an eviction frees what its request holds, a finished request frees
   everything) and never exceeds the capacity; in PD competition the KVs *reserved* by requests
@@ -26,6 +29,7 @@ requests' arrivals allow), which is a schedule too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +44,9 @@ PHASES = ("prefill", "decode", "refill", "evict")
 SEGMENT_FIELDS = ["request", "client", "instance", "phase", "start_ms", "end_ms", "tokens"]
 LOG_COUNTS = ("batch_size", "prefill_tokens", "decode_tokens", "kv_tokens", "evictions",
               "running")
+# profile families whose output tokens all come from decode iterations after the prefill
+DECODE_FIRST_FAMILIES = ("scls", "bilinear")
+GIB = 2**30
 
 
 @dataclass
@@ -54,7 +61,14 @@ class Checked:
 
 
 def kv_capacity(instance: Instance) -> int | None:
+    """M: ``system.kv_capacity``, else the profile's. For an ``scls`` profile (Cheng et al.)
+    ⌊M_ava·2^30/Δ⌋ with M_ava = M_cap − M_model − M_engine (eqs 5–7, no ζ: continuous
+    batching holds no padded tensors), computed here from its fields."""
     profile = instance.profile
+    if instance.system.kv_capacity is None and getattr(profile, "family", None) == "scls":
+        p: Any = profile
+        free = p.gpu_memory_gib - p.model_memory_gib - p.engine_memory_gib
+        return math.floor(free * GIB / p.kv_bytes_per_token)
     cache = getattr(profile, "kv", None)
     own = getattr(profile, "kv_capacity", None)
     return instance.system.kv_capacity or own or (cache.blocks * cache.block_size
@@ -68,13 +82,14 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str,
     ``infermax`` (continuous batching); ``memory=False`` leaves the KV capacity unchecked (for
     hypothetical schedules that assume unlimited memory; the KV log is still checked)."""
     continuous = time_model == "infermax"
+    decode_first = getattr(instance.profile, "family", None) in DECODE_FIRST_FAMILIES
     seg = segments_frame(sol, instance)
     if isinstance(seg, str):
         return [seg], None
     its_all = iterations_frame(sol.get("iterations"))
     if isinstance(its_all, str):
         return [its_all], None
-    reasons = _check_requests(instance, seg, continuous)
+    reasons = _check_requests(instance, seg, continuous, decode_first)
     reasons += _check_clients(seg, continuous)
     capacity = kv_capacity(instance) if memory else None
     if not continuous:
@@ -97,7 +112,7 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str,
         return reasons, None
     its = pd.concat(frames, ignore_index=True)
     indexed = pd.concat(lives)
-    requests = _request_times(instance, indexed, its, continuous)
+    requests = _request_times(instance, indexed, its, continuous and not decode_first)
     checked = Checked(makespan_ms=float(seg["end_ms"].max()), iterations=its,
                       requests=requests, compact_ms=_compact_length(its), segments=indexed)
     reasons += _check_objective_and_metrics(instance, sol, checked, seg)
@@ -246,8 +261,10 @@ def _with_lives(seg: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool) -> list[str]:
+def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool,
+                    decode_first: bool = False) -> list[str]:
     reasons = []
+    from_prefill = 0 if decode_first else 1  # output tokens the prefill gives (continuous)
     by_id = {r.id: r for r in instance.requests}
     missing = sorted(set(by_id) - set(seg["request"]))
     if missing:
@@ -276,9 +293,9 @@ def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool) -> 
     inputs, outputs = instance.input_tokens[have], instance.output_tokens[have]
     decoded = got["decode"].to_numpy()
     if continuous:
-        need = inputs + outputs - 1 + got["evict"].to_numpy()
+        need = inputs + outputs - from_prefill + got["evict"].to_numpy()
         total = (got["prefill"] + got["refill"] + got["decode"]).to_numpy()
-        bad = (total != need) | (decoded > outputs - 1)
+        bad = (total != need) | (decoded > outputs - from_prefill)
     else:
         bad = (got["prefill"].to_numpy() != inputs) | (decoded != outputs)
     wrong = ids[bad].tolist()
@@ -295,7 +312,8 @@ def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool) -> 
         rid, req, row = wrong[0], by_id[wrong[0]], got.iloc[k]
         if continuous:
             wrong[0] = (f"{rid}: {int(total[k])} tokens processed ({row['decode']} decoding), "
-                        f"expected {int(need[k])} with at most {req.output_tokens - 1} decoding")
+                        f"expected {int(need[k])} with at most "
+                        f"{req.output_tokens - from_prefill} decoding")
         else:
             wrong[0] = (f"{rid}: prefill {row['prefill']} vs input {req.input_tokens}, "
                         f"decode {row['decode']} vs output {req.output_tokens}")
@@ -594,10 +612,17 @@ def expected_durations(instance: Instance, comp: dict[str, np.ndarray],
       of b chunks and P prompt tokens lasts eq 14 at batch b and length P / b; d decodes
       reading K KVs last eq 15 at batch d and accumulated length (K + d) / d (the token being
       produced counted, as eq 16 counts l_i + k for the k-th output token); an iteration with
-      both lasts the sum."""
+      both lasts the sum;
+    - an ``scls`` profile (Cheng et al. 2024, eqs 3–4), whatever the time model: the same
+      mapping with eq 3 (p1..p4, batch N = chunks, input length P / N: no padding) and eq 4
+      (d1..d4, batch d, cached length (K + d) / d)."""
     profile = instance.profile
-    if getattr(profile, "family", None) == "bilinear":
-        return _bilinear_durations(profile, comp)
+    family = getattr(profile, "family", None)
+    if family == "bilinear":
+        return _per_request_durations(profile, comp, ("alpha", "beta", "gamma", "delta"),
+                                      "bilinear")
+    if family == "scls":
+        return _per_request_durations(profile, comp, ("c1", "c2", "c3", "c4"), "scls")
     if time_model == "infermax":
         need = ("bias_ms", "per_token_ms", "decode_kv_ms", "prefill_attention_ms",
                 "per_prefill_request_ms")
@@ -627,15 +652,18 @@ def expected_durations(instance: Instance, comp: dict[str, np.ndarray],
     return np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * level_cap, full_batch)
 
 
-def _bilinear_durations(profile: Any, comp: dict[str, np.ndarray]) -> np.ndarray | str:
-    """Iteration times under eqs 14–15 of Huang et al. (see ``expected_durations``), written
-    out from the profile's coefficients."""
+def _per_request_durations(profile: Any, comp: dict[str, np.ndarray], names: tuple[str, ...],
+                           family: str) -> np.ndarray | str:
+    """Iteration times under a per-batch predictor c1·N·L + c2·N + c3·L + c4 for the prefill
+    and for one decode iteration (Huang et al. eqs 14–15, coefficients ``alpha``..``delta``;
+    Cheng et al. eqs 3–4, ``c1``..``c4``) mapped per request (see ``expected_durations``),
+    written out from the profile's coefficients."""
     coefficients = []
     for part in ("prefill", "decode"):
         c = getattr(profile, part, None)
-        values = [getattr(c, k, None) for k in ("alpha", "beta", "gamma", "delta")]
+        values = [getattr(c, k, None) for k in names]
         if any(v is None for v in values):
-            return f"profile {profile.name} has no bilinear {part} coefficients"
+            return f"profile {profile.name} has no {family} {part} coefficients"
         coefficients.append(values)
     (ap, bp, gp, dp), (ad, bd, gd, dd) = coefficients
     tokens, b = comp["prefill_tokens"], comp["chunks"]

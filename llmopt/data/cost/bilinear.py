@@ -30,7 +30,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from llmopt.data.cost.base import Coefficient, CostProfile, Tokens, _Strict
+from llmopt.data.cost.base import (
+    BilinearTerms,
+    Coefficient,
+    CostProfile,
+    Tokens,
+    _Strict,
+    per_request_decode_costs,
+    per_request_iteration_ms,
+)
 
 
 class BilinearCoefficients(_Strict):
@@ -41,6 +49,10 @@ class BilinearCoefficients(_Strict):
 
     def __call__(self, batch: float, length: float) -> float:
         return self.alpha * batch * length + self.beta * batch + self.gamma * length + self.delta
+
+    def terms(self) -> BilinearTerms:
+        """(α, β, γ, δ) as the (c1, c2, c3, c4) of ``per_request_iteration_ms``."""
+        return self.alpha, self.beta, self.gamma, self.delta
 
 
 class BilinearProfile(CostProfile):
@@ -72,23 +84,15 @@ class BilinearProfile(CostProfile):
 
     def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
                      chunks: int) -> float:
-        """An iteration of the simulation (see the module doc): eq 14 at b = ``chunks``, l =
-        ``prefill_tokens`` / b, plus eq 15 at b = ``decodes``, l_a = (``decode_kv`` + b) / b;
-        ``units`` (Σ(c² + 2mc)) is not read. 0 for an empty iteration."""
-        total = 0.0
-        if chunks > 0 and prefill_tokens > 0:
-            p = self.prefill
-            total += (p.alpha * prefill_tokens + p.beta * chunks
-                      + p.gamma * prefill_tokens / chunks + p.delta)
-        if decodes > 0:
-            per_batch, per_kv = self.decode_iteration_costs(decodes)
-            total += per_batch + per_kv * decode_kv
-        return total
+        """An iteration of the simulation (see the module doc and
+        ``base.per_request_iteration_ms``): eq 14 at b = ``chunks``, l = ``prefill_tokens`` / b,
+        plus eq 15 at b = ``decodes``, l_a = (``decode_kv`` + b) / b; ``units`` (Σ(c² + 2mc))
+        is not read. 0 for an empty iteration."""
+        return per_request_iteration_ms(self.prefill.terms(), self.decode.terms(),
+                                        prefill_tokens, decodes, decode_kv, chunks)
 
     def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
         """A decode-only iteration of d = ``decodes`` requests reading K KVs lasts per_batch +
         per_kv·K (eq 15 at b = d, l_a = (K + d)/d): per_batch = α_d·d + β_d·d + γ_d + δ_d,
         per_kv = α_d + γ_d/d."""
-        d = self.decode
-        return (d.alpha * decodes + d.beta * decodes + d.gamma + d.delta,
-                d.alpha + d.gamma / decodes)
+        return per_request_decode_costs(self.decode.terms(), decodes)

@@ -23,6 +23,25 @@ M_ava = M_cap − M_model − M_engine (eq 6). Two rules decide whether a batch 
     profiled rules: with L = L_i + S, the batch is out of memory when L exceeds a rule's
     ``above_tokens`` (the first that applies, largest first) and N exceeds its ``max_batch``.
 
+Iteration-level replays (the ILS baseline of section 5.1, continuous batching with chunked
+prefill: ``llmopt.policies.slice.ils``) time each iteration of the simulation core from the same
+coefficients, by the per-request mapping of ``base.per_request_iteration_ms`` (as the
+``bilinear`` family of Huang et al. does with its eqs 14–15):
+
+- the prefill chunks of an iteration, N = ``chunks`` requests and P prompt tokens, last eq 3 at
+  N and L_i = P/N (no padding: continuous batching pads nothing, so L_i is the mean chunk, and
+  a batch of equal chunks is timed exactly as eq 3 times it): p1·P + p2·N + p3·P/N + p4;
+- d decodes reading K cached KVs in all last eq 4 at N = d and l = (K + d)/d: the k-th decode of
+  a request of L_i prompt tokens reads L_i + k − 1 KVs and eq 2 charges it τ_decode(L_i + k, N),
+  so a static batch of equal requests is timed as eq 2 sums it; per_batch + per_kv·K with
+  per_batch = d1·d + d2·d + d3 + d4, per_kv = d1 + d3/d (``decode_iteration_costs``);
+- a mixed iteration (chunks and decodes together, which padded static batches never form) lasts
+  the sum of the two: the model has no term for their overlap.
+
+Token semantics as eq 2 counts them: L_o decode iterations after the prefill, so the first output
+token comes from the first decode (the policies set ``first_token_from_prefill = False``) and a
+request of O output tokens decodes O times. KV capacity in tokens: ``kv_capacity`` (eqs 5–6).
+
 Times in ms, sizes in tokens, memory in GiB (2^30 bytes) and Δ in bytes per token.
 """
 
@@ -33,7 +52,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from llmopt.data.cost.base import Coefficient, CostProfile, _Strict
+from llmopt.data.cost.base import (
+    BilinearTerms,
+    Coefficient,
+    CostProfile,
+    _Strict,
+    per_request_decode_costs,
+    per_request_iteration_ms,
+)
 from llmopt.data.ranges import MAX_CLIENTS, MAX_TOKENS
 
 GIB = 2**30
@@ -51,6 +77,10 @@ class SclsCoefficients(_Strict):
 
     def __call__(self, batch: float, length: float) -> float:
         return self.c1 * batch * length + self.c2 * batch + self.c3 * length + self.c4
+
+    def terms(self) -> BilinearTerms:
+        """(c1, c2, c3, c4) for ``base.per_request_iteration_ms``."""
+        return self.c1, self.c2, self.c3, self.c4
 
 
 class DeepSpeedRule(_Strict):
@@ -123,6 +153,34 @@ class SclsProfile(CostProfile):
         tri = s * (s + 1) / 2
         return (p.c1 + d.c1 * s, p.c2 + d.c1 * tri + d.c2 * s, p.c3 + d.c3 * s,
                 p.c4 + d.c3 * tri + d.c4 * s)
+
+    # --- iterations of the simulation core (continuous batching: ILS) -----------------------
+    def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
+                     chunks: int) -> float:
+        """One iteration (see the module doc): eq 3 at N = ``chunks``, L_i = ``prefill_tokens``
+        / N, plus eq 4 at N = ``decodes``, l = (``decode_kv`` + N) / N; ``units`` (Σ(c² + 2mc))
+        is not read. 0 for an empty iteration."""
+        return per_request_iteration_ms(self.prefill.terms(), self.decode.terms(),
+                                        prefill_tokens, decodes, decode_kv, chunks)
+
+    def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
+        """A decode-only iteration of d = ``decodes`` requests reading K KVs lasts per_batch +
+        per_kv·K (eq 4 at N = d, l = (K + d)/d): per_batch = d1·d + d2·d + d3 + d4,
+        per_kv = d1 + d3/d."""
+        return per_request_decode_costs(self.decode.terms(), decodes)
+
+    @property
+    def kv_capacity(self) -> int:
+        """KV tokens one instance holds in continuous batching: ⌊M_ava / Δ⌋ (eq 7 with eq 5
+        counting each request's own tokens, eq 6's M_ava in bytes). Continuous batching pads
+        nothing and drops a request's KVs when it finishes, so no pad or invalid tokens are held.
+        ζ (eq 9) is not applied: it is huggingface-transformers' allowance for the fragmentation
+        of the padded KV tensors that static batches allocate and grow per batch, while an
+        iteration-level engine (the paper's ILS is DeepSpeed-FastGen) allocates its KV cache once
+        in fixed blocks. The paper's "conservative memory management" of ILS is a limit on the
+        requests running at once, ``system.clients`` here, not on the KV cache.
+        ``system.kv_capacity`` overrides it (``llmopt.data.limits``)."""
+        return math.floor(self.available_gib() * GIB / self.kv_bytes_per_token)
 
     # --- memory, eqs 5–9 and Algorithm 2 ---------------------------------------------------
     def available_gib(self) -> float:

@@ -1,0 +1,121 @@
+"""The paper's iteration-level baseline ILS (Cheng et al. 2024, section 5.1, "Baselines"):
+DeepSpeed-FastGen, continuous batching with Dynamic SplitFuse (chunked prefill), requests dealt
+round-robin to the instances at arrival, at most a fixed number of requests running per instance
+(the "conservative memory management" the paper blames for its throughput).
+
+It is InferMax's ``sarathi`` configuration of the unified scheduler
+(``llmopt.policies.infermax``): running decodes first, then running chunked prefills, then
+waiting requests in arrival order (FCFS), decodes and prefill chunks in one (mixed) iteration, at
+most P = 512 prompt tokens per iteration, a new request reserving its prompt's KVs and the
+lowest-priority running request evicted (and later recomputed) when the KVs run short. On the
+``scls`` family:
+
+- iterations are timed by eqs 3–4 per request (``llmopt.data.cost.scls``: eq 3 at N = chunks,
+  L_i = P/N; eq 4 at N = d, l = (K + d)/d; a mixed iteration the sum);
+- the first output token comes from the first decode, as eq 2 counts L_o decode iterations after
+  the prefill (``first_token_from_prefill = False``): a request of O output tokens decodes O
+  times and holds up to I + O KVs;
+- at most ``system.clients`` requests run at once per instance (FastGen's limit on the requests
+  in flight), and the KV capacity is the profile's ``kv_capacity`` (⌊M_ava/Δ⌋, eqs 5–6) unless
+  ``system.kv_capacity`` gives one;
+- the iteration's token budget is ``system.max_batch_tokens`` when given, else P plus one token
+  per running request (so that only P limits a chunk, as in SARATHI without a budget C);
+- one instance per ``system.instances``, fed by the round-robin router (or another one asked for).
+
+Continuous batching pads nothing and generates no invalid tokens: its schedules are the
+simulation core's (segments and iteration log, mode ``continuous``), checked by
+``llmopt.validate.schedule`` with the ``scls`` time model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from llmopt.data.instance import Instance
+from llmopt.errors import InstanceError
+from llmopt.policies.base import Router
+from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.infermax.unified import UnifiedScheduler
+from llmopt.policies.routing import RoundRobin
+from llmopt.schedule import Schedule
+from llmopt.sim.cluster import Deployment
+from llmopt.sim.replica import Replica
+
+ILS = replace(
+    SCHEDULERS["sarathi"], name="ils", source="cheng",
+    description="ILS (DeepSpeed-FastGen's Dynamic SplitFuse): continuous batching, decode "
+    "priority, hybrid batches, chunked prefill P = 512, on eqs 3-4 per request")
+
+
+class IterationLevel(UnifiedScheduler):
+    """``ILS`` on an ``scls`` profile (see the module doc)."""
+
+    first_token_from_prefill = False
+
+    def __init__(self) -> None:
+        super().__init__(ILS)
+
+    def check(self, instance: Instance, replica: Replica) -> None:
+        label = instance.label()
+        if instance.profile.family != "scls":
+            raise InstanceError(f"{self.name} replays on the scls profile family (Cheng et al. "
+                                "eqs 3-4)", file=label, field="model",
+                                value=instance.profile.name)
+        need = instance.input_tokens + instance.output_tokens
+        too_big = np.flatnonzero(need > replica.M)
+        if len(too_big):
+            i = int(too_big[0])
+            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens "
+                                "(input + output), more than the cache", file=label,
+                                field="system.kv_capacity", value=replica.M)
+        prefill = self.cfg.prefill_budget or replica.C
+        self.C = replica.C if math.isfinite(replica.C) else prefill + replica.J
+        self.P = min(prefill, replica.P_system, self.C)
+
+
+def section5_metrics(schedule: Schedule, instances: int) -> dict[str, float]:
+    """The section 5 metrics of an iteration-level schedule on ``instances`` model instances,
+    defined as :meth:`llmopt.sim.slices.SliceReplay.metrics` defines them for the slice-level
+    schedulers, so that ILS stands beside the Fig. 15 ladder: request throughput (requests per
+    second from the first arrival to the last finish), response time (finish − arrival) mean
+    and p95, per-instance completion time (the end of its last iteration; 0 for an instance
+    that ran nothing) and their population standard deviation (Fig. 17), the busy-time standard
+    deviation, the mean batch size (requests per iteration; a slice's batch runs many
+    iterations, so the two are not the same count), and pad and invalid tokens per request
+    (none: continuous batching pads nothing and stops a request at its last token)."""
+    req, its = schedule.requests, schedule.iterations
+    response = (req["finish_ms"] - req["arrival_ms"]).to_numpy(dtype=float)
+    span = float(req["finish_ms"].max() - req["arrival_ms"].min()) if len(req) else 0.0
+    inst = its["instance"].to_numpy(dtype=np.int64)
+    done = np.zeros(instances)
+    np.maximum.at(done, inst, its["end_ms"].to_numpy(dtype=float))
+    busy = np.bincount(inst, weights=(its["end_ms"] - its["start_ms"]).to_numpy(dtype=float),
+                       minlength=instances)
+    out: dict[str, float] = {
+        "requests": float(len(req)),
+        "throughput_rps": len(req) / (span / 1000.0) if span > 0 else 0.0,
+        "response_mean_ms": float(response.mean()) if len(response) else 0.0,
+        "response_p95_ms": float(np.percentile(response, 95)) if len(response) else 0.0,
+        "makespan_ms": float(req["finish_ms"].max()) if len(req) else 0.0,
+        "completion_std_ms": float(done.std()),
+        "busy_std_ms": float(busy.std()),
+        "batch_size_mean": float(its["batch_size"].mean()) if len(its) else 0.0,
+        "pad_tokens_per_request": 0.0,
+        "invalid_tokens_per_request": 0.0,
+    }
+    for w, t in enumerate(done):
+        out[f"completion_ms_{w}"] = float(t)
+    return {k: round(v, 6) for k, v in out.items()}
+
+
+def deploy(instance: Instance, *, router: Router | None = None) -> Deployment:
+    """ILS on every model instance of ``instance`` (``system.instances``), round-robin unless
+    another router is given."""
+    return Deployment(ILS.name, [IterationLevel() for _ in range(instance.system.instances)],
+                      router or RoundRobin())
+
+
+__all__ = ["ILS", "IterationLevel", "deploy", "section5_metrics"]
