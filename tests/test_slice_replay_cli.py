@@ -39,7 +39,7 @@ def test_replay_writes_the_slice_schedule_and_its_gantt(cli, tmp_path):
     sol = json.loads((folder / "replay-scls.json").read_text())
     assert (sol["problem"], sol["solver"], sol["mode"], sol["status"]) == \
         ("replay", "scls", "slices", "feasible")
-    assert sol["slice_length"] == 128 and sol["instances"] == 1
+    assert sol["slice_length"] == 128 and sol["instances"] == 4  # system.instances
     assert all(set(s) == SLICE_KEYS for s in sol["slices"])
     # every request is in some slice, and the generated tokens add up to its output
     generated: dict[str, int] = {}
