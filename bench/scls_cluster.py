@@ -10,8 +10,12 @@ order, inputs and outputs cut at 1024 tokens as in the paper; Poisson arrivals (
 ``scls-llama2-13b-a100`` (HF, ζ = 0.9), S = 128, Γ = 6 s, λ = 0.5, ``--instances`` instances.
 
 1. The ladder SLS → SO → PM → AB → LB → SCLS (Fig. 15, 16): throughput, response time mean and
-   p95, per-instance completion-time std, busy-time std, batch size, pad and invalid tokens.
-2. Fig. 17: completion-time std of SLS and SCLS (and SO) at several rates.
+   p95, per-instance completion-time std, busy-time std, batch size, pad and invalid tokens; and
+   beside it the paper's iteration-level baseline ILS (section 5.1: policy ``ils``, continuous
+   batching with chunked prefill on the simulation core, at most 16 requests running per
+   instance, round-robin), its metrics defined as the slice replays'
+   (``llmopt.policies.slice.ils.section5_metrics``; its batch size is requests per iteration).
+2. Fig. 17: completion-time std of SLS, SO, SCLS and ILS at several rates.
 3. The full one-hour trace (its own arrival times and lengths, not cut) on 4 instances with SCLS:
    wall time of the replay (target < 10 s); skipped when the trace is absent.
 
@@ -33,7 +37,9 @@ import pandas as pd
 from _common import ROOT, command_line, docs_parser, header, publish, python_loop_s
 
 from llmopt.data.instance import Instance, instance_from_mapping
+from llmopt.policies.replay import replay
 from llmopt.policies.slice import LADDER, replay_slices
+from llmopt.policies.slice.ils import section5_metrics
 from llmopt.report.slice_plot import plot_slices
 
 PROFILE = "scls-llama2-13b-a100"
@@ -49,8 +55,10 @@ def lengths() -> tuple[pd.DataFrame, str]:
     return df, str(path.relative_to(ROOT.parent) if path == FULL else path.relative_to(ROOT))
 
 
-def workload(df: pd.DataFrame, rate: float, duration_s: float, seed: int) -> Instance:
-    """Poisson arrivals at ``rate`` for ``duration_s``; lengths in trace order (cycled), cut."""
+def workload(df: pd.DataFrame, rate: float, duration_s: float, seed: int,
+             instances: int = 4) -> Instance:
+    """Poisson arrivals at ``rate`` for ``duration_s``; lengths in trace order (cycled), cut;
+    ``instances`` model instances (read by ILS; the slice-level replays are given theirs)."""
     rng = np.random.default_rng(seed)
     n = max(int(rate * duration_s), 1)
     gaps = rng.exponential(1000.0 / rate, n)
@@ -59,7 +67,8 @@ def workload(df: pd.DataFrame, rate: float, duration_s: float, seed: int) -> Ins
     inputs = np.minimum(df["num_prefill_tokens"].to_numpy()[idx], LIMIT)
     outputs = np.clip(df["num_decode_tokens"].to_numpy()[idx], 1, LIMIT)
     return instance_from_mapping({
-        "name": f"azure-conv-{rate:g}rps", "model": PROFILE, "system": {"clients": 16},
+        "name": f"azure-conv-{rate:g}rps", "model": PROFILE,
+        "system": {"clients": 16, "instances": instances},
         "requests": [{"id": f"r{k}", "input_tokens": int(a), "output_tokens": int(b),
                       "arrival_ms": float(t)}
                      for k, (a, b, t) in enumerate(zip(inputs, outputs, arrivals,
@@ -91,7 +100,7 @@ def main() -> None:
              f"(seed {args.seed}); `{PROFILE}`, S = 128, Γ = 6 s, λ = 0.5, {w} instances", ""]
 
     # 1. the ladder
-    inst = workload(df, args.rate, args.duration, args.seed)
+    inst = workload(df, args.rate, args.duration, args.seed, w)
     lines += [f"### Fig. 15 ladder ({inst.num_requests} requests)", "",
               "| scheduler | throughput (req/s) | response mean (s) | response p95 (s) | "
               "completion std (s) | busy std (s) | batch size | pad tok/req | "
@@ -111,18 +120,33 @@ def main() -> None:
             f"{m['pad_tokens_per_request']:.0f} | {m['invalid_tokens_per_request']:.0f} | "
             f"{m['slices_per_request']:.2f} | {m['early_return_share']:.1%} | {wall:.2f} |")
         print(lines[-1], flush=True)
+    t0 = time.perf_counter()
+    ils = section5_metrics(replay(inst, "ils"), w)
+    wall = time.perf_counter() - t0
+    lines.append(
+        f"| ILS | {ils['throughput_rps']:.3f} | {ils['response_mean_ms'] / 1e3:.1f} | "
+        f"{ils['response_p95_ms'] / 1e3:.1f} | {ils['completion_std_ms'] / 1e3:.2f} | "
+        f"{ils['busy_std_ms'] / 1e3:.2f} | {ils['batch_size_mean']:.1f}* | 0 | 0 | – | – | "
+        f"{wall:.2f} |")
+    print(lines[-1], flush=True)
+    lines += ["", "ILS: continuous batching (policy `ils`: SARATHI's decode-first hybrid batches, "
+              "chunked prefill P = 512, first token from the first decode) at most 16 requests "
+              "running per instance, round-robin; *batch size = requests per iteration (a slice "
+              "counts its batch once for all its iterations)."]
 
     # 2. Fig. 17: load imbalance under various rates
     lines += ["", "### Fig. 17: instance completion-time std (s) under various rates", "",
-              "| rate (req/s) | requests | SLS | SO | SCLS | SLS busy std | SCLS busy std |",
-              "|---|---|---|---|---|---|---|"]
+              "| rate (req/s) | requests | SLS | SO | SCLS | ILS | SLS busy std | "
+              "SCLS busy std |",
+              "|---|---|---|---|---|---|---|---|"]
     for rate in args.rates:
-        at = workload(df, rate, args.duration, args.seed)
+        at = workload(df, rate, args.duration, args.seed, w)
         ms = {name: replay_slices(at, name, instances=w).metrics()
               for name in ("sls", "so", "scls")}
+        ms["ils"] = section5_metrics(replay(at, "ils"), w)
         lines.append(f"| {rate:g} | {at.num_requests} | "
                      + " | ".join(f"{ms[n]['completion_std_ms'] / 1e3:.2f}"
-                                  for n in ("sls", "so", "scls"))
+                                  for n in ("sls", "so", "scls", "ils"))
                      + f" | {ms['sls']['busy_std_ms'] / 1e3:.2f} | "
                        f"{ms['scls']['busy_std_ms'] / 1e3:.2f} |")
         print(lines[-1], flush=True)
