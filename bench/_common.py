@@ -37,7 +37,10 @@ def machine() -> str:
 
 def header(command: str) -> str:
     today = dt.date.today().isoformat()
-    return f"- Machine: {machine()}\n- Date: {today}\n- Command: `{command}`\n"
+    load = os.getloadavg()[0]
+    return (f"- Machine: {machine()}\n- Date: {today}\n- Command: `{command}`\n"
+            f"- Load average at the start: {load:.1f} over the last minute (above about 1, "
+            "other work shared the cores and times are pessimistic)\n")
 
 
 def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:

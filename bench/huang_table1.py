@@ -239,8 +239,7 @@ def main() -> None:
     t1, rows1 = ("", []) if args.skip_table1 else table1(args)
     g, rows2 = gap(args)
     body = (header(command_line())
-            + f"- Python loop speed at the start: {speed:.2f} s per 10^7 iterations "
-            "(the 2 cores were shared with two other engineers' work)\n\n")
+            + f"- Python loop speed at the start: {speed:.2f} s per 10^7 iterations\n\n")
     if t1:
         body += "Table 1 in shape:\n\n" + t1 + "\nFig. 7 in shape:\n\n" + fig7(rows1) + "\n"
     body += "SA's gap to the exact optimum (or to the proven bound when not proven):\n\n" + g

@@ -7,7 +7,8 @@ with k / T_min ≤ G_inc (the incumbent's G) can beat the incumbent.
 
 Order of the sub-solves: (1) k_max, the most requests that can meet their SLOs together
 (Moore–Hodgson at batch 1, else CP-SAT on at most MAX_MET_SHARE of the time limit); (2) when
-more than one k would be tried, T_0 (the least t of any plan, or its proven bound) on at most
+more than one k would be tried at batch > 1, T_0 (the least t of any plan, or its proven bound;
+at batch 1 the closed-form bound is T_0, Smith's rule) on at most
 MIN_T_SHARE of the time left, which replaces the closed-form T_min when larger and prunes the
 small k; (3) T_k for k = k_max downwards while k / T_min > G_inc. Each sub-solve is hinted
 with the plan found so far that is feasible for it (at least k met) of least t.
@@ -553,7 +554,8 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         k = 0
     else:
         k = k_max
-        if g_per_s(k - 1, t_min_ms) > g_inc:  # more than one k to try: T_0 may prune them
+        # more than one k to try: T_0 may prune them (at batch 1 the closed form is T_0)
+        if data.max_batch > 1 and g_per_s(k - 1, t_min_ms) > g_inc:
             mod.set_domain(mod.count, 0, n)
             status, obj, bnd = run("min t", 0, share=MIN_T_SHARE)
             least = obj if status == "OPTIMAL" else bnd
