@@ -26,7 +26,8 @@ def test_the_registry_lists_the_ladder():
     assert SLICE_POLICIES == LADDER
     assert all(POLICIES[p].family == "scls" and POLICIES[p].paper.startswith("Cheng")
                for p in LADDER)
-    assert DEFAULT_POLICIES["scls"] == {"replay": LADDER, "compare": LADDER}
+    # the ladder and ILS, the paper's iteration-level baseline (section 5.1)
+    assert DEFAULT_POLICIES["scls"] == {"replay": (*LADDER, "ils"), "compare": (*LADDER, "ils")}
 
 
 def test_replay_writes_the_slice_schedule_and_its_gantt(cli, tmp_path):
@@ -62,18 +63,20 @@ def test_replay_writes_the_slice_schedule_and_its_gantt(cli, tmp_path):
     assert "slices[0] lasts" in bad.output
 
 
-def test_default_policies_are_the_ladder_and_compare_tables_it(cli, tmp_path):
+def test_default_policies_are_the_ladder_and_ils_and_compare_tables_them(cli, tmp_path):
     res = cli("replay", FIG11, "--out", tmp_path, "--no-plot")
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in (tmp_path / "scls-fig11").glob("*.json")) == \
-        sorted(f"replay-{p}.json" for p in LADDER)
+        sorted(f"replay-{p}.json" for p in (*LADDER, "ils"))
     assert not list((tmp_path / "scls-fig11").glob("*.png"))
     comp = cli("compare", FIG11, "--out", tmp_path)
     assert comp.exit_code == 0, comp.output
     md = (tmp_path / "scls-fig11" / "compare.md").read_text()
     rows = [line.split("|")[1].strip() for line in md.splitlines()
             if line.startswith("| ") and not line.startswith("| schedule")]
-    assert rows == list(LADDER)
+    assert rows == [*LADDER, "ils"]
+    ils = next(line for line in md.splitlines() if line.startswith("| ils "))
+    assert [c.strip() for c in ils.split("|")[-4:-1]] == ["0.0", "0.0", "—"]  # no slices
     # Fig. 11: SLS serves the sixteen requests in one batch (13.5 s), SCLS splits (7.6 s)
     last_end = {r: float(line.split("|")[5]) for r, line in zip(
         rows, [x for x in md.splitlines() if x.startswith("| ") and "schedule" not in x],

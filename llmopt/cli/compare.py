@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,8 @@ from llmopt.cli.replay import parse_policies
 from llmopt.data.instance import Instance, load_instance
 from llmopt.files import out_path, write_atomic
 from llmopt.policies.registry import check_family
+from llmopt.policies.replay import replay_result
+from llmopt.policies.slice.ils import section5_metrics
 from llmopt.policies.slice.replay import (
     is_slice_policy,
     ladder_markdown,
@@ -55,7 +58,7 @@ def compare(
     check_out_dir(out_dir)
     inst = load_instance(instance)
     names = parse_policies(policy, inst.profile.family, "compare")
-    if any(is_slice_policy(name) for name in names):
+    if inst.profile.family == "scls" or any(is_slice_policy(name) for name in names):
         compare_slices(inst, names, out_dir)
         return
     shown = progress(verbose)
@@ -80,19 +83,29 @@ def compare(
         out.print(f"wrote {folder / name}")
 
 
+def ils_metrics(inst: Instance, name: str) -> dict[str, float]:
+    """Section 5's metrics of an iteration-level replay (ILS) on the instance's model
+    instances, as the slice-level replays define them (no slices: ``slices_per_request`` NaN)."""
+    _, schedule = replay_result(inst, name)
+    return {**section5_metrics(schedule, inst.system.instances), "slices_per_request": math.nan}
+
+
 def compare_slices(inst: Instance, names: list[str], out_dir: Path) -> None:
-    """The slice-level schedulers (Cheng et al. 2024, Fig. 15's ladder) side by side: their
-    section 5 metrics in compare.md and compare.csv. No lower bound or exact row: llmopt has no
-    exact model of a whole slice-level cluster replay (its exact checks are per period:
+    """The slice-level schedulers (Cheng et al. 2024, Fig. 15's ladder) and ILS side by side:
+    their section 5 metrics in compare.md and compare.csv. No lower bound or exact row: llmopt
+    has no exact model of a whole slice-level cluster replay (its exact checks are per period:
     ``scls-batching``)."""
     for name in names:
         check_family(inst, name)
-    table = ladder_table({name: slice_result(inst, name)[0] for name in names})
+    table = ladder_table({name: slice_result(inst, name)[0].data["metrics"]
+                          if is_slice_policy(name) else ils_metrics(inst, name)
+                          for name in names})
     folder = out_path(out_dir, inst.name)
-    md = (f"{ladder_markdown(table)}\nSlice-level replays on {inst.system.instances} model "
-          "instance(s) (Cheng et al. 2024, section 5): times in s; batch = mean batch size; "
-          "pad, invalid and slices per request. No lower bound: llmopt's exact model "
-          "(scls-batching) covers one period's batching, not a whole replay.\n")
+    md = (f"{ladder_markdown(table)}\nReplays on {inst.system.instances} model instance(s) "
+          "(Cheng et al. 2024, section 5): times in s; batch = mean batch size (requests per "
+          "slice; per iteration for ILS); pad, invalid and slices per request. No lower "
+          "bound: llmopt's exact model (scls-batching) covers one period's batching, not a "
+          "whole replay.\n")
     write_atomic(folder / "compare.md", f"# {inst.name}: slice-level schedules compared\n\n{md}")
     write_atomic(folder / "compare.csv", table.to_csv(index=False))
     out.print(md)

@@ -128,7 +128,7 @@ DEFAULT_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
     "pang_linear": {"replay": ("baseline", "offline", "online", "hybrid"),
                     "compare": ("baseline", "offline", "online", "iteration", "hybrid")},
     "infermax": {"replay": tuple(SCHEDULERS), "compare": tuple(SCHEDULERS)},
-    "scls": {"replay": SLICE_POLICIES, "compare": SLICE_POLICIES},
+    "scls": {"replay": (*SLICE_POLICIES, "ils"), "compare": (*SLICE_POLICIES, "ils")},
 }
 DEFAULT_POLICIES["bilinear"] = {"replay": ("huang-vllm",), "compare": ("huang-vllm",)}
 # the issue 15 baselines run when named, not by default: the defaults stay InferMax's schedulers

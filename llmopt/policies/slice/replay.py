@@ -15,6 +15,7 @@ schedule itself, one record per padded static batch (one slice)::
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -100,10 +101,10 @@ def slice_result(instance: Instance, policy: str) -> tuple[Result, SliceReplay]:
     return result, replay
 
 
-def ladder_table(results: dict[str, Result]) -> pd.DataFrame:
-    """One row per slice-level replay: its section 5 metrics (``LADDER_COLUMNS``)."""
-    return pd.DataFrame([{"schedule": name, **{k: r.data["metrics"][k] for k in LADDER_COLUMNS}}
-                         for name, r in results.items()])
+def ladder_table(metrics: dict[str, dict[str, float]]) -> pd.DataFrame:
+    """One row per replay: its section 5 metrics (``LADDER_COLUMNS``), by schedule name."""
+    return pd.DataFrame([{"schedule": name, **{k: m[k] for k in LADDER_COLUMNS}}
+                         for name, m in metrics.items()])
 
 
 def ladder_markdown(table: pd.DataFrame) -> str:
@@ -114,6 +115,9 @@ def ladder_markdown(table: pd.DataFrame) -> str:
         cells = [str(row["schedule"])]
         for key in LADDER_COLUMNS:
             value = float(row[key])
+            if math.isnan(value):
+                cells.append("—")
+                continue
             cells.append(f"{value / 1000:,.2f}" if key.endswith("_ms")
                          else f"{value:,.2f}" if key in ("throughput_rps", "slices_per_request")
                          else f"{value:,.1f}")
