@@ -14,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
+START_LOAD = os.getloadavg()[0]  # when the script imported this module, before its own work
 
 
 def machine() -> str:
@@ -37,10 +38,9 @@ def machine() -> str:
 
 def header(command: str) -> str:
     today = dt.date.today().isoformat()
-    load = os.getloadavg()[0]
     return (f"- Machine: {machine()}\n- Date: {today}\n- Command: `{command}`\n"
-            f"- Load average at the start: {load:.1f} over the last minute (above about 1, "
-            "other work shared the cores and times are pessimistic)\n")
+            f"- Load average at the start: {START_LOAD:.1f} over the last minute (above about "
+            "1, other work shared the cores and times are pessimistic)\n")
 
 
 def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:

@@ -104,8 +104,8 @@ POLICIES: dict[str, PolicyInfo] = {
                    "vLLM's continuous batching, FCFS, prefill-first, no chunked prefill, on the "
                    "bilinear predictor (first token from the first decode, I + O KVs reserved)"),
         PolicyInfo("plan", "any", "llmopt", "solution files",
-                   "a solver's plan followed exactly (--plan SOLUTION): PD stages or "
-                   "InferMax batches"),
+                   "a solver's plan followed exactly (--plan SOLUTION): PD stages, "
+                   "InferMax batches or slo-priority static batches"),
     ]
 }
 

@@ -54,13 +54,19 @@ def check_continuous(instance: Instance, replica: Replica, *,
     if replica.kv_limit is None and not unlimited_memory:
         raise InstanceError("continuous batching needs M, the KV capacity", file=label,
                             field="system.kv_capacity")
-    need = instance.input_tokens + instance.output_tokens - 1
+    refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens - 1)
+
+
+def refuse_oversized(instance: Instance, replica: Replica, need: np.ndarray,
+                     what: str = "") -> None:
+    """Refuse the instance when a request needs more KVs (``need``, per request) than the
+    replica's cache holds."""
     too_big = np.flatnonzero(need > replica.M)
     if len(too_big):
         i = int(too_big[0])
-        raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens, "
-                            "more than the cache", file=label, field="system.kv_capacity",
-                            value=replica.M)
+        raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens{what}, "
+                            "more than the cache", file=instance.label(),
+                            field="system.kv_capacity", value=replica.M)
 
 
 class UnifiedScheduler(IterationPolicy):

@@ -38,7 +38,7 @@ from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
 from llmopt.policies.base import Router
 from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.infermax.unified import UnifiedScheduler
+from llmopt.policies.infermax.unified import UnifiedScheduler, refuse_oversized
 from llmopt.policies.routing import RoundRobin
 from llmopt.schedule import Schedule
 from llmopt.sim.cluster import Deployment
@@ -64,13 +64,8 @@ class IterationLevel(UnifiedScheduler):
             raise InstanceError(f"{self.name} replays on the scls profile family (Cheng et al. "
                                 "eqs 3-4)", file=label, field="model",
                                 value=instance.profile.name)
-        need = instance.input_tokens + instance.output_tokens
-        too_big = np.flatnonzero(need > replica.M)
-        if len(too_big):
-            i = int(too_big[0])
-            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens "
-                                "(input + output), more than the cache", file=label,
-                                field="system.kv_capacity", value=replica.M)
+        refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens,
+                         " (input + output)")
         prefill = self.cfg.prefill_budget or replica.C
         self.C = replica.C if math.isfinite(replica.C) else prefill + replica.J
         self.P = min(prefill, replica.P_system, self.C)

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
 from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.infermax.unified import UnifiedScheduler
+from llmopt.policies.infermax.unified import UnifiedScheduler, refuse_oversized
 from llmopt.sim.replica import Replica
 
 HUANG_VLLM = replace(
@@ -43,13 +41,8 @@ class ContinuousFcfs(UnifiedScheduler):
             raise InstanceError(f"{self.name} replays on the bilinear predictor (Huang et al. "
                                 "eqs 14-16)", file=label, field="model",
                                 value=instance.profile.name)
-        need = instance.input_tokens + instance.output_tokens
-        too_big = np.flatnonzero(need > replica.M)
-        if len(too_big):
-            i = int(too_big[0])
-            raise InstanceError(f"request {instance.ids[i]} needs {int(need[i])} KV tokens "
-                                "(input + output), more than the cache", file=label,
-                                field="system.kv_capacity", value=replica.M)
+        refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens,
+                         " (input + output)")
         self.C = self.P = replica.C
 
     def reservation(self, r: Replica, i: int) -> int:
