@@ -15,6 +15,7 @@ from llmopt.errors import OptionError
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES, SLICE_POLICIES
 from llmopt.policies.replay import replay
 from llmopt.policies.slice import LADDER
+from llmopt.policies.slice.replay import slice_frames, slice_result
 
 CLUSTER = TOY / "scls-cluster.yaml"
 FIG11 = TOY / "scls-fig11.yaml"
@@ -120,3 +121,29 @@ def test_a_sweep_replays_slice_policies_and_validates_them(cli, tmp_path):
 def test_the_iteration_level_replay_refuses_a_slice_policy_with_a_pointer():
     with pytest.raises(OptionError, match="slice_result"):
         replay(load_instance(TOY / "scls-fig11.yaml"), "scls")
+
+
+def test_gantt_draws_a_slice_solution_from_its_file(cli, tmp_path):
+    res = cli("replay", CLUSTER, "--policy", "scls", "--out", tmp_path, "--no-plot")
+    assert res.exit_code == 0, res.output
+    path = tmp_path / "scls-cluster" / "replay-scls.json"
+    inst, sol = load_instance(CLUSTER), json.loads(path.read_text())
+    bat, mem, done, workers, policy = slice_frames(inst, sol)
+    replay = slice_result(inst, "scls")[1]
+    ref = replay.batches
+    assert (workers, policy) == (4, "scls") and len(bat) == len(ref)
+    for column in ("instance", "size", "padded_length", "iterations"):
+        assert bat[column].tolist() == ref[column].tolist()
+    for column in ("start_ms", "end_ms", "prefill_ms"):
+        assert bat[column].to_numpy() == pytest.approx(ref[column].to_numpy(), abs=1e-5)
+    assert done == pytest.approx(replay.completion_ms, abs=1e-5)
+    assert mem["pad_tokens"].sum() == replay.members["pad_tokens"].sum()
+    drawn = cli("gantt", CLUSTER, path, "--out", tmp_path / "chart.png")
+    assert drawn.exit_code == 0, drawn.output
+    assert (tmp_path / "chart.png").stat().st_size > 10_000
+    sol["slices"][2].pop("padded_length")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(sol))
+    bad = cli("gantt", CLUSTER, broken, "--out", tmp_path / "bad.png")
+    assert bad.exit_code == 2
+    assert "slices[2]" in bad.stderr and "Traceback" not in bad.stderr

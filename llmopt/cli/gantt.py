@@ -11,7 +11,9 @@ from llmopt.cli.common import InstanceArg, SolutionArg, check_out_dir, command, 
 from llmopt.data.instance import load_instance
 from llmopt.errors import SolutionFileError
 from llmopt.policies.pang import plan_assignment
+from llmopt.policies.slice.replay import MODE, slice_frames
 from llmopt.report import plot as plots
+from llmopt.report.slice_plot import plot_slice_frames
 from llmopt.result import read_solution
 from llmopt.schedule import Schedule
 
@@ -23,8 +25,8 @@ def gantt(
     png: Annotated[Path | None, typer.Option("--out", help="PNG path (default: beside the "
                                              "solution).")] = None,
 ) -> None:
-    """Draw a solution: a Gantt chart with KV memory for schedules, the per-client assignment
-    for bin packing."""
+    """Draw a solution: a Gantt chart with KV memory for schedules, the slices of a slice-level
+    replay, the per-client assignment for bin packing."""
     png = png or solution.with_suffix(".png")
     check_out_dir(png.parent)
     inst = load_instance(instance)
@@ -33,7 +35,12 @@ def gantt(
         raise SolutionFileError(f"does not match {instance} ({inst.sha256[:12]}…): the "
                                 "solution was made for other data", file=solution,
                                 field="instance_sha256", value=sol["instance_sha256"])
-    if sol.get("segments") is not None and len(sol["segments"]):
+    if sol.get("mode") == MODE:
+        try:
+            ax = plot_slice_frames(*slice_frames(inst, sol))
+        except SolutionFileError as exc:
+            raise exc.in_file(solution) from None
+    elif sol.get("segments") is not None and len(sol["segments"]):
         sched = Schedule.from_solution(sol)
         ax = plots.gantt_figure(inst, sched.segments, sched.iterations if len(sched.iterations)
                                 else None, policy=str(sol.get("solver")),

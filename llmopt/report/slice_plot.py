@@ -12,8 +12,11 @@ import matplotlib
 
 matplotlib.use("Agg", force=False)
 
+from collections.abc import Sequence
+
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
@@ -27,12 +30,23 @@ def plot_slices(replay: SliceReplay, ax: Axes | None = None, title: str | None =
                 until_ms: float | None = None) -> Axes:
     """Draw ``replay``'s batches on ``ax`` (created when not given); ``until_ms`` cuts the time
     axis (batches starting later are left out)."""
-    bat = replay.batches
+    return plot_slice_frames(replay.batches, replay.members, replay.completion_ms,
+                             replay.workers, replay.policy, ax=ax, title=title,
+                             until_ms=until_ms)
+
+
+def plot_slice_frames(bat: pd.DataFrame, mem: pd.DataFrame, completion_ms: Sequence[float],
+                      workers: int, policy: str, ax: Axes | None = None,
+                      title: str | None = None, until_ms: float | None = None) -> Axes:
+    """The chart of :func:`plot_slices` from its parts: ``bat`` with ``batch, instance,
+    start_ms, end_ms, prefill_ms, size, padded_length, iterations`` per batch, ``mem`` with
+    ``batch, pad_tokens, invalid_tokens`` per request per batch, each instance's completion
+    time (ms) and the number of instances."""
+    total = len(bat)
     if until_ms is not None:
         bat = bat[bat["start_ms"] < until_ms]
-    mem = replay.members
     if ax is None:
-        _, ax = plt.subplots(figsize=(11, 1.0 + 0.9 * replay.workers), layout="constrained")
+        _, ax = plt.subplots(figsize=(11, 1.0 + 0.9 * workers), layout="constrained")
     end = float(bat["end_ms"].max()) if len(bat) else 1.0
     label, div = time_unit(end if until_ms is None else min(end, until_ms))
     per_batch = mem.groupby("batch")[["pad_tokens", "invalid_tokens"]].sum()
@@ -58,11 +72,11 @@ def plot_slices(replay: SliceReplay, ax: Axes | None = None, title: str | None =
            align="edge", color=WASTE_COLOR, hatch="////", edgecolor="white", linewidth=0)
     ax.bar(mid, height * bad_share, width=stop - mid, bottom=bottom + height * (1 - bad_share),
            align="edge", color=WASTE_COLOR, hatch="\\\\\\\\", edgecolor="white", linewidth=0)
-    done = np.asarray(replay.completion_ms, dtype=float) / div
+    done = np.asarray(completion_ms, dtype=float) / div
     for w, t in enumerate(done):
         ax.plot([t, t], [w - 0.46, w + 0.46], color="black", lw=1.2)
-    ax.set_yticks(range(replay.workers), [f"instance {w}" for w in range(replay.workers)])
-    ax.set_ylim(-0.5, replay.workers - 0.5)
+    ax.set_yticks(range(workers), [f"instance {w}" for w in range(workers)])
+    ax.set_ylim(-0.5, workers - 0.5)
     ax.set_xlim(0, (float(stop.max()) if len(stop) else 1.0) * 1.01)
     ax.set_xlabel(f"time ({label})")
     ax.legend(handles=[Patch(color=PHASE_COLORS["prefill"], label="prefill (re-prefill)"),
@@ -71,9 +85,9 @@ def plot_slices(replay: SliceReplay, ax: Axes | None = None, title: str | None =
                        Patch(facecolor=WASTE_COLOR, hatch="\\\\\\\\", label="invalid share")],
               loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7, ncols=4,
               frameon=False)
-    lanes = "instance" if replay.workers == 1 else "instances"
-    ax.set_title(title or f"{replay.policy}: {len(replay.batches)} batches on "
-                 f"{replay.workers} {lanes} (box height = batch size, largest "
+    lanes = "instance" if workers == 1 else "instances"
+    ax.set_title(title or f"{policy}: {total} batches on "
+                 f"{workers} {lanes} (box height = batch size, largest "
                  f"{int(top)}; bar = instance completion)", fontsize=10, pad=18)
     return ax
 

@@ -21,7 +21,9 @@ from typing import Any
 
 import pandas as pd
 
+from llmopt.data.cost.scls import SclsProfile
 from llmopt.data.instance import Instance
+from llmopt.errors import InstanceError, SolutionFileError
 from llmopt.policies.registry import check_family
 from llmopt.policies.slice.schedulers import SCHEDULERS, replay_slices
 from llmopt.result import Result
@@ -101,6 +103,44 @@ def slice_result(instance: Instance, policy: str) -> tuple[Result, SliceReplay]:
     return result, replay
 
 
+def slice_frames(instance: Instance, sol: dict[str, Any]
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, list[float], int, str]:
+    """The chart's parts (``report.slice_plot.plot_slice_frames``) from a slice-level solution
+    file: per slice its batch row (prefill time by eq 3 at its size and padded length), per
+    request in it its pad and invalid tokens, each instance's completion (the end of its last
+    slice, 0 when it served none), the instances and the policy."""
+    slices = sol.get("slices")
+    workers = sol.get("instances")
+    if not isinstance(slices, list) or not isinstance(workers, int) or workers < 1:
+        raise SolutionFileError("a slice-level solution needs 'slices' and 'instances'",
+                                field="slices")
+    profile = instance.profile
+    if not isinstance(profile, SclsProfile):
+        raise InstanceError("slice-level schedules are timed by an scls profile",
+                            file=instance.label(), field="model", value=profile.name)
+    rows, members = [], []
+    done = [0.0] * workers
+    try:
+        for k, rec in enumerate(slices):
+            size = len(rec["requests"])
+            rows.append({"batch": k, "instance": int(rec["instance"]),
+                         "start_ms": float(rec["start_ms"]), "end_ms": float(rec["end_ms"]),
+                         "prefill_ms": profile.prefill_ms(size, int(rec["padded_length"])),
+                         "size": size, "padded_length": int(rec["padded_length"]),
+                         "iterations": int(rec["iterations"])})
+            members += [{"batch": k, "pad_tokens": int(p), "invalid_tokens": int(v)}
+                        for p, v in zip(rec["pad_tokens"], rec["invalid_tokens"], strict=True)]
+            w = int(rec["instance"])
+            done[w] = max(done[w], float(rec["end_ms"]))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise SolutionFileError(f"slice {len(rows)} is malformed ({exc!r})",
+                                field=f"slices[{len(rows)}]") from None
+    return (pd.DataFrame(rows, columns=["batch", "instance", "start_ms", "end_ms", "prefill_ms",
+                                        "size", "padded_length", "iterations"]),
+            pd.DataFrame(members, columns=["batch", "pad_tokens", "invalid_tokens"]),
+            done, workers, str(sol.get("solver")))
+
+
 def ladder_table(metrics: dict[str, dict[str, float]]) -> pd.DataFrame:
     """One row per replay: its section 5 metrics (``LADDER_COLUMNS``), by schedule name."""
     return pd.DataFrame([{"schedule": name, **{k: m[k] for k in LADDER_COLUMNS}}
@@ -126,4 +166,4 @@ def ladder_markdown(table: pd.DataFrame) -> str:
 
 
 __all__ = ["LADDER_COLUMNS", "MODE", "is_slice_policy", "ladder_markdown", "ladder_table",
-           "slice_records", "slice_result"]
+           "slice_frames", "slice_records", "slice_result"]
