@@ -90,6 +90,7 @@ BAD = [
     ("grid: {policy: [baseline]}\nsearch: {parameter: rate_scale, low: 0, high: 4, metric: "
      "makespan_ms, at_most: 1}\n", "search.low", "out of the range"),
     ("grid: {policy: [baseline]}\nvalidate: maybe\n", "validate", "boolean"),
+    ("cells: [{policy: scls, router: round-robin}]\n", "cells[0].router", "no router applies"),
 ]
 
 
