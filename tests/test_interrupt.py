@@ -31,7 +31,9 @@ def test_ctrl_c_keeps_incumbent_and_bound(solver, tmp_path):
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert "Traceback" not in stderr
-    sol = json.loads((tmp_path / "hard-100x20" / f"binpacking-{solver}.json").read_text())
+    written = tmp_path / "hard-100x20" / f"binpacking-{solver}.json"
+    assert written.exists(), f"exit {proc.returncode}, no solution file\n{stdout}\n{stderr}"
+    sol = json.loads(written.read_text())
     assert sol["status"] in ("feasible", "optimal")
     assert sol["objective"] >= sol["bound"] > 0
     if sol.get("interrupted"):
@@ -108,3 +110,35 @@ def test_sigterm_is_left_alone_when_sigint_is_ignored():
     assert ignored.stdout.strip() == "True", ignored.stderr
     normal = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert normal.stdout.strip() == "False", normal.stderr
+
+
+SIGINT_STOPS = """
+import os, signal, threading, time
+from llmopt.signals import sigint_stops, sigterm_as_interrupt
+sigterm_as_interrupt()
+stopped, flag = threading.Event(), threading.Event()
+with sigint_stops(stopped.set, flag) as ours:
+    assert ours
+    os.kill(os.getpid(), {signal})
+    assert stopped.wait(10), "the watcher thread did not call stop"
+    time.sleep(0.1)  # the main thread runs Python's handler at its next bytecode
+assert flag.is_set()
+with sigint_stops(lambda: None, threading.Event()):
+    pass
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(1)
+except KeyboardInterrupt:
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("sig", ["signal.SIGINT", "signal.SIGTERM"])
+def test_ctrl_c_under_sigint_stops_calls_stop_from_the_watcher(sig):
+    """The CLI's path for CP-SAT (llmopt.signals): Ctrl-C (or SIGTERM) calls the solver's stop
+    from the watcher thread and sets the flag instead of raising; afterwards Ctrl-C raises
+    KeyboardInterrupt again."""
+    done = subprocess.run([sys.executable, "-c", SIGINT_STOPS.replace("{signal}", sig)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,7 @@ from ortools.sat.python import cp_model
 
 from llmopt.backends.common import Ending, Outcome, solution_or_none
 from llmopt.progress import SILENT, Progress
-from llmopt.signals import python_sigint_restored
+from llmopt.signals import python_sigint_restored, sigint_stops
 
 _ENDINGS: dict[cp_model.CpSolverStatus, Ending] = {
     cp_model.OPTIMAL: "optimal",
@@ -71,13 +72,14 @@ def solve_cpsat(
         params.max_time_in_seconds = max(float(time_limit_s), 0.01)
     params.num_workers = workers if workers is not None else max(os.cpu_count() or 1, 1)
     params.random_seed = seed
-    params.catch_sigint_signal = True
     if progress.verbose:
         params.log_search_progress = True
         params.log_to_stdout = False
         solver.log_callback = progress.log
     t0 = time.perf_counter()
-    with python_sigint_restored():
+    stopped = threading.Event()
+    with sigint_stops(solver.stop_search, stopped) as ours, python_sigint_restored():
+        params.catch_sigint_signal = not ours  # see llmopt.signals: CP-SAT's own is unsafe
         status = solver.solve(model, _Reporter(progress, scale, unit))
     runtime = time.perf_counter() - t0
     ending: Ending = _ENDINGS.get(status, "error")
@@ -87,7 +89,7 @@ def solve_cpsat(
         bound = None
     # CP-SAT stops short of proof only at the time limit or on Ctrl-C (SIGINT).
     stopped_early = time_limit_s is None or runtime < 0.98 * time_limit_s
-    interrupted = ending in ("feasible", "no_solution") and stopped_early
+    interrupted = (ending in ("feasible", "no_solution") and stopped_early) or stopped.is_set()
     return Outcome(
         ending=ending,
         objective=objective,
