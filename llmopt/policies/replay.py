@@ -41,7 +41,7 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
                           "llmopt.policies.slice.replay.slice_result", field="--policy",
                           value=policy)
     chosen = ROUTERS[router].make() if router else None
-    if policy == "ils":  # Cheng et al.'s iteration-level baseline on the scls family
+    if POLICIES[policy].family == "scls":  # iteration-level on Cheng et al.'s profile: ILS
         return load("llmopt.policies.slice.ils:deploy")(instance, router=chosen)
     if POLICIES[policy].family == "bilinear" or (
             policy == "plan" and isinstance(plan, Mapping)

@@ -166,6 +166,35 @@ class SliceScheduler:
 
 
 # --- the result -----------------------------------------------------------------------------
+def section5_request_metrics(requests: pd.DataFrame, runs: pd.DataFrame,
+                             completion_ms: Sequence[float], workers: int) -> dict[str, float]:
+    """The section 5 measures every serving scheme has, slice-level or not: request throughput
+    (requests per second from the first arrival to the last finish), response time (finish −
+    arrival) mean and p95, the last finish, the per-instance completion times and their
+    population standard deviation (Fig. 17), and the standard deviation of the instances' busy
+    time (the summed ``end_ms − start_ms`` of ``runs``, batches or iterations, by ``instance``).
+    Not rounded."""
+    response = (requests["finish_ms"] - requests["arrival_ms"]).to_numpy(dtype=float)
+    n = len(requests)
+    span = float(requests["finish_ms"].max() - requests["arrival_ms"].min()) if n else 0.0
+    done = np.asarray(completion_ms, dtype=float)
+    busy = np.bincount(runs["instance"].to_numpy(dtype=np.int64),
+                       weights=(runs["end_ms"] - runs["start_ms"]).to_numpy(dtype=float),
+                       minlength=workers)
+    out: dict[str, float] = {
+        "requests": float(n),
+        "throughput_rps": n / (span / 1000.0) if span > 0 else 0.0,
+        "response_mean_ms": float(response.mean()) if n else 0.0,
+        "response_p95_ms": float(np.percentile(response, 95)) if n else 0.0,
+        "makespan_ms": float(requests["finish_ms"].max()) if n else 0.0,
+        "completion_std_ms": float(done.std()),
+        "busy_std_ms": float(busy.std()),
+    }
+    for w, t in enumerate(done):
+        out[f"completion_ms_{w}"] = float(t)
+    return out
+
+
 @dataclass
 class SliceReplay:
     """A slice-level replay.
@@ -204,20 +233,8 @@ class SliceReplay:
         and invalid tokens per request (summed over a request's slices, Fig. 13a/c), slices
         per request and the share of batches that returned early (Fig. 14)."""
         req, bat = self.requests, self.batches
-        response = (req["finish_ms"] - req["arrival_ms"]).to_numpy(dtype=float)
-        span = float(req["finish_ms"].max() - req["arrival_ms"].min()) if len(req) else 0.0
-        done = np.asarray(self.completion_ms, dtype=float)
-        busy = np.bincount(bat["instance"].to_numpy(dtype=np.int64),
-                           weights=(bat["end_ms"] - bat["start_ms"]).to_numpy(dtype=float),
-                           minlength=self.workers)
-        out: dict[str, float] = {
-            "requests": float(len(req)),
-            "throughput_rps": len(req) / (span / 1000.0) if span > 0 else 0.0,
-            "response_mean_ms": float(response.mean()) if len(response) else 0.0,
-            "response_p95_ms": float(np.percentile(response, 95)) if len(response) else 0.0,
-            "makespan_ms": float(req["finish_ms"].max()) if len(req) else 0.0,
-            "completion_std_ms": float(done.std()),
-            "busy_std_ms": float(busy.std()),
+        out = section5_request_metrics(req, bat, self.completion_ms, self.workers)
+        out |= {
             "batches": float(len(bat)),
             "batch_size_mean": float(bat["size"].mean()) if len(bat) else 0.0,
             "pad_tokens_per_request": float(req["pad_tokens"].mean()) if len(req) else 0.0,
@@ -226,8 +243,6 @@ class SliceReplay:
             "slices_per_request": float(req["slices"].mean()) if len(req) else 0.0,
             "early_return_share": float(bat["early_return"].mean()) if len(bat) else 0.0,
         }
-        for w, t in enumerate(self.completion_ms):
-            out[f"completion_ms_{w}"] = float(t)
         return {k: round(v, 6) for k, v in out.items()}
 
     def to_schedule(self) -> Schedule:

@@ -38,6 +38,7 @@ import pandas as pd
 
 from llmopt.data.instance import Instance
 from llmopt.validate.fields import is_int, is_number
+from llmopt.validate.scls import GIB
 
 EPS = 2e-3  # ms: solution files carry times to the microsecond
 PHASES = ("prefill", "decode", "refill", "evict")
@@ -46,7 +47,6 @@ LOG_COUNTS = ("batch_size", "prefill_tokens", "decode_tokens", "kv_tokens", "evi
               "running")
 # profile families whose output tokens all come from decode iterations after the prefill
 DECODE_FIRST_FAMILIES = ("scls", "bilinear")
-GIB = 2**30
 
 
 @dataclass

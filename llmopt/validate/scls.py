@@ -20,21 +20,26 @@ EXACT_MAX_REQUESTS = 9
 GIB = 2**30
 
 
-class _Model:
-    """Eqs 1–9 and Algorithm 2 from the profile's fields."""
+class SclsModel:
+    """Eqs 1–9 and Algorithm 2 of the ``scls`` profile family, from the profile's fields (the
+    validators' own, shared by this module and :mod:`llmopt.validate.slices`)."""
 
-    def __init__(self, profile: Any, slice_length: int, max_size: int | None) -> None:
+    def __init__(self, profile: Any, slice_length: int, max_size: int | None = None) -> None:
         self.p, self.s, self.max_size = profile, slice_length, max_size
 
-    def serve_ms(self, n: int, length: int) -> float:
+    def serve_ms(self, n: int, length: int, iterations: int | None = None) -> float:
+        """T_serve(N, L_i, L_o) = T_prefill(N, L_i) (eq 3) + Σ_{l=1..L_o} τ_decode(L_i + l, N)
+        (eqs 1, 2, 4), summed iteration by iteration; L_o = S unless given."""
         pre, dec = self.p.prefill, self.p.decode
         total = pre.c1 * n * length + pre.c2 * n + pre.c3 * length + pre.c4
-        for step in range(1, self.s + 1):
+        for step in range(1, (self.s if iterations is None else iterations) + 1):
             cached = length + step
             total += dec.c1 * n * cached + dec.c2 * n + dec.c3 * cached + dec.c4
         return total
 
     def fits(self, n: int, length: int) -> bool:
+        """Not out of memory at (N, L_i, S): eq 5 within ζ·M_ava (eqs 6–9), or Algorithm 2;
+        and N within ``max_size`` when one is given."""
         if self.max_size is not None and n > self.max_size:
             return False
         tokens = length + self.s
@@ -65,7 +70,7 @@ def check_scls_batching(instance: Instance, sol: dict[str, Any], verdict: Verdic
     if sol.get("memory_rule") != profile.memory_rule:
         reasons.append(f"memory_rule {sol.get('memory_rule')!r} is not the profile's "
                        f"{profile.memory_rule!r}")
-    model = _Model(profile, s, max_size)
+    model = SclsModel(profile, s, max_size)
     lengths = {r.id: r.input_tokens for r in instance.requests}
     alone = [model.serve_ms(1, n) for n in lengths.values()]
     if all(model.fits(1, n) for n in lengths.values()):
@@ -82,7 +87,7 @@ def check_scls_batching(instance: Instance, sol: dict[str, Any], verdict: Verdic
     return ev
 
 
-def _check_batches(batches: Any, lengths: dict[str, int], model: _Model,
+def _check_batches(batches: Any, lengths: dict[str, int], model: SclsModel,
                    reasons: list[str]) -> float | None:
     if not isinstance(batches, list) or not all(isinstance(b, dict) for b in batches):
         reasons.append("batches must be a list of objects")
@@ -119,7 +124,7 @@ def _check_batches(batches: Any, lengths: dict[str, int], model: _Model,
     return total
 
 
-def _exact(model: _Model, lengths: list[int]) -> float:
+def _exact(model: SclsModel, lengths: list[int]) -> float:
     """The least total serving time over every partition of ``lengths`` into batches that fit
     (restricted growth strings)."""
     best = math.inf

@@ -35,41 +35,12 @@ import numpy as np
 from llmopt.data.instance import Instance
 from llmopt.validate.claims import Evidence, Verdict, tolerance
 from llmopt.validate.fields import is_int, is_number
+from llmopt.validate.scls import SclsModel
 
-GIB = 2**30
 MAX_REASONS = 25          # reasons listed per file; the rest are counted
 METRIC_ABS_TOL = 1e-3     # metrics are rounded to 6 decimals from times rounded to 1e-6 ms
 METRIC_REL_TOL = 1e-6
 LIST_FIELDS = ("prompt_tokens", "generated", "pad_tokens", "invalid_tokens")
-
-
-class _Model:
-    """Eqs 1–9 and Algorithm 2 of the ``scls`` profile family, from the profile's fields."""
-
-    def __init__(self, profile: Any, slice_length: int) -> None:
-        self.p, self.s = profile, slice_length
-
-    def serve_ms(self, n: int, length: int, iterations: int) -> float:
-        """T_serve(N, L_i, L_o) = T_prefill(N, L_i) (eq 3) + Σ_{l=1..L_o} τ_decode(L_i + l, N)
-        (eqs 1, 2, 4), summed iteration by iteration."""
-        pre, dec = self.p.prefill, self.p.decode
-        total = pre.c1 * n * length + pre.c2 * n + pre.c3 * length + pre.c4
-        for step in range(1, iterations + 1):
-            cached = length + step
-            total += dec.c1 * n * cached + dec.c2 * n + dec.c3 * cached + dec.c4
-        return total
-
-    def fits(self, n: int, length: int) -> bool:
-        """Not out of memory at (N, L_i, S): eq 5 within ζ·M_ava (eqs 6–9), or Algorithm 2."""
-        tokens = length + self.s
-        if self.p.memory_rule == "deepspeed":
-            for rule in sorted(self.p.deepspeed_rules, key=lambda r: -r.above_tokens):
-                if tokens > rule.above_tokens:
-                    return n <= rule.max_batch
-            return False
-        usable = self.p.zeta * (self.p.gpu_memory_gib - self.p.model_memory_gib
-                                - self.p.engine_memory_gib) * GIB
-        return tokens * n * self.p.kv_bytes_per_token <= usable
 
 
 class _Reasons:
@@ -134,7 +105,7 @@ def _check(instance: Instance, sol: dict[str, Any], reasons: _Reasons) -> float 
     if not isinstance(slices, list) or not all(isinstance(x, dict) for x in slices):
         reasons.add("slices must be a list of objects")
         return None
-    model = _Model(profile, s)
+    model = SclsModel(profile, s)
     index = {r.id: k for k, r in enumerate(instance.requests)}
     n_req = len(index)
     inputs = [r.input_tokens for r in instance.requests]

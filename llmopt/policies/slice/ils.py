@@ -43,6 +43,7 @@ from llmopt.policies.routing import RoundRobin
 from llmopt.schedule import Schedule
 from llmopt.sim.cluster import Deployment
 from llmopt.sim.replica import Replica
+from llmopt.sim.slices import section5_request_metrics
 
 ILS = replace(
     SCHEDULERS["sarathi"], name="ils", source="cheng",
@@ -82,27 +83,15 @@ def section5_metrics(schedule: Schedule, instances: int) -> dict[str, float]:
     iterations, so the two are not the same count), and pad and invalid tokens per request
     (none: continuous batching pads nothing and stops a request at its last token)."""
     req, its = schedule.requests, schedule.iterations
-    response = (req["finish_ms"] - req["arrival_ms"]).to_numpy(dtype=float)
-    span = float(req["finish_ms"].max() - req["arrival_ms"].min()) if len(req) else 0.0
-    inst = its["instance"].to_numpy(dtype=np.int64)
     done = np.zeros(instances)
-    np.maximum.at(done, inst, its["end_ms"].to_numpy(dtype=float))
-    busy = np.bincount(inst, weights=(its["end_ms"] - its["start_ms"]).to_numpy(dtype=float),
-                       minlength=instances)
-    out: dict[str, float] = {
-        "requests": float(len(req)),
-        "throughput_rps": len(req) / (span / 1000.0) if span > 0 else 0.0,
-        "response_mean_ms": float(response.mean()) if len(response) else 0.0,
-        "response_p95_ms": float(np.percentile(response, 95)) if len(response) else 0.0,
-        "makespan_ms": float(req["finish_ms"].max()) if len(req) else 0.0,
-        "completion_std_ms": float(done.std()),
-        "busy_std_ms": float(busy.std()),
+    np.maximum.at(done, its["instance"].to_numpy(dtype=np.int64),
+                  its["end_ms"].to_numpy(dtype=float))
+    out = section5_request_metrics(req, its, done.tolist(), instances)
+    out |= {
         "batch_size_mean": float(its["batch_size"].mean()) if len(its) else 0.0,
         "pad_tokens_per_request": 0.0,
         "invalid_tokens_per_request": 0.0,
     }
-    for w, t in enumerate(done):
-        out[f"completion_ms_{w}"] = float(t)
     return {k: round(v, 6) for k, v in out.items()}
 
 
