@@ -1,7 +1,7 @@
 """SLO-aware priority mapping (Huang et al. 2025): Table 1 in shape (exhaustive vs simulated
 annealing vs the exact CP-SAT model), SA's gap to the proven optimum, and Fig. 7's improvement
-of G over the input order. Prints markdown and the machine; writes docs/benchmarks.md (and
-docs/img/huang_sa_gap.png) only with --write-docs.
+of G over the input order. Prints markdown and the machine; writes docs/benchmarks.md (sections
+huang-table1 and huang-sa-gap, and docs/img/huang_sa_gap.png) only with --write-docs.
 
 Workload (our assumption; the paper's requests are not published): half chat requests
 (ShareGPT-like: input lognormal median 150, output median 250 tokens) and half code requests
@@ -13,8 +13,9 @@ SLOs (section 5.1): chat TTFT 10 s and TPOT 50 ms, code E2E 30 s; the paper's pr
 1. Table 1: for 4/6/8/10 requests and max batch 1/2/4, one instance each (seed = n): the
    exhaustive search's time (cells whose number of plans exceeds --exhaustive-max are skipped),
    SA's time (median of 5 calls), the exact model's time and status.
-2. Gap: --instances (10 requests, and max batch 1) or --instances-large (20 and 40 requests at
-   max batch 2 and 4) random instances per size and max batch: SA
+2. Gap (--skip-gap leaves it out): --instances (10 requests, and max batch 1) or
+   --instances-large (20 and 40 requests at max batch 2 and 4) random instances per size and
+   max batch, --jobs of them at a time, each exact solve on --workers CP-SAT threads: SA
    (Metropolis, and line 36 as printed) against the exact model's proven optimum or, when the
    time limit stops it, its proven upper bound (the gap is then an upper bound on SA's gap).
 3. Fig. 7: G of SA and of the optimum over G of the input order in full batches (Algorithm 1's
@@ -23,8 +24,8 @@ SLOs (section 5.1): chat TTFT 10 s and TPOT 50 ms, code E2E 30 s; the paper's pr
 Usage::
 
     python bench/huang_table1.py [--instances 10] [--instances-large 3] [--time-limit 60]
-        [--exhaustive-max 4000000]
-        [--sizes 10 20 40] [--workers 2] [--write-docs]
+        [--exhaustive-max 4000000] [--sizes 10 20 40] [--batches 1 2 4] [--workers 2]
+        [--jobs 1] [--skip-table1 | --skip-gap] [--write-docs]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from math import comb
 from pathlib import Path
@@ -136,38 +138,46 @@ def table1(args: argparse.Namespace) -> tuple[str, list[dict]]:
     return head + "\n".join(lines) + "\n", rows
 
 
+def gap_one(n: int, b: int, r: int, time_limit: float, workers: int) -> dict:
+    """One instance of the gap survey: SA with each acceptance rule against the exact model."""
+    data = SloPriorityData.from_instance(instance(n, b, seed=1000 * n + r))
+    res = {a: sa.anneal(data, seed=r, acceptance=a) for a in sa.ACCEPTANCE}
+    sa_time = sa_ms(data, calls=1)
+    best = max(res.values(), key=lambda x: x.g_per_s)
+    t0 = time.perf_counter()
+    out = solve_exact(data, best.batches, time_limit, workers=workers)
+    cp_time = time.perf_counter() - t0
+    ref = out.g_per_s if out.proven else out.bound_g_per_s
+    return {"proven": out.proven, "cp_s": cp_time, "sa_ms": sa_time,
+            "gaps": {a: 0.0 if ref == 0 else 1 - res[a].g_per_s / ref for a in sa.ACCEPTANCE}}
+
+
 def gap(args: argparse.Namespace) -> tuple[str, list[dict]]:
+    """The survey, cell by cell; ``--jobs`` instances at a time (each with ``--workers``
+    CP-SAT threads)."""
     rows, lines = [], []
-    for n in args.sizes:
-        for b in (1, 2, 4):
-            gaps: dict[str, list[float]] = {"metropolis": [], "literal": []}
-            proven = 0
-            cp_times, sa_times = [], []
-            count = args.instances if n <= 10 or b == 1 else args.instances_large
-            for r in range(count):
-                data = SloPriorityData.from_instance(instance(n, b, seed=1000 * n + r))
-                res = {a: sa.anneal(data, seed=r, acceptance=a) for a in sa.ACCEPTANCE}
-                sa_times.append(sa_ms(data, calls=1))
-                best = max(res.values(), key=lambda x: x.g_per_s)
-                t0 = time.perf_counter()
-                out = solve_exact(data, best.batches, args.time_limit, workers=args.workers)
-                cp_times.append(time.perf_counter() - t0)
-                proven += out.proven
-                ref = out.g_per_s if out.proven else out.bound_g_per_s
-                for a in sa.ACCEPTANCE:
-                    gaps[a].append(0.0 if ref == 0 else 1 - res[a].g_per_s / ref)
-            row = {"n": n, "b": b, "proven": proven, "instances": count,
-                   "gaps": gaps, "cp_median_s": statistics.median(cp_times),
-                   "cp_max_s": max(cp_times), "sa_median_ms": statistics.median(sa_times)}
-            rows.append(row)
-            m, lit = gaps["metropolis"], gaps["literal"]
-            lines.append(
-                f"| {n} | {b} | {proven}/{count} | "
-                f"{statistics.mean(m):.1%} / {max(m):.1%} | "
-                f"{statistics.mean(lit):.1%} / {max(lit):.1%} | "
-                f"{statistics.median(sa_times):.1f} ms | "
-                f"{statistics.median(cp_times):.2f} s / {max(cp_times):.2f} s |")
-            print(lines[-1], flush=True)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for n in args.sizes:
+            for b in args.batches:
+                count = args.instances if n <= 10 or b == 1 else args.instances_large
+                runs = list(pool.map(gap_one, [n] * count, [b] * count, range(count),
+                                     [args.time_limit] * count, [args.workers] * count))
+                gaps = {a: [x["gaps"][a] for x in runs] for a in sa.ACCEPTANCE}
+                proven = sum(x["proven"] for x in runs)
+                cp_times = [x["cp_s"] for x in runs]
+                sa_times = [x["sa_ms"] for x in runs]
+                row = {"n": n, "b": b, "proven": proven, "instances": count,
+                       "gaps": gaps, "cp_median_s": statistics.median(cp_times),
+                       "cp_max_s": max(cp_times), "sa_median_ms": statistics.median(sa_times)}
+                rows.append(row)
+                m, lit = gaps["metropolis"], gaps["literal"]
+                lines.append(
+                    f"| {n} | {b} | {proven}/{count} | "
+                    f"{statistics.mean(m):.1%} / {max(m):.1%} | "
+                    f"{statistics.mean(lit):.1%} / {max(lit):.1%} | "
+                    f"{statistics.median(sa_times):.1f} ms | "
+                    f"{statistics.median(cp_times):.2f} s / {max(cp_times):.2f} s |")
+                print(lines[-1], flush=True)
     head = ("| requests | max batch | proven optimal | SA gap, Metropolis: mean / worst | "
             "SA gap, line 36 as printed: mean / worst | SA one call (median) | exact: median "
             "/ max time |\n|---|---|---|---|---|---|---|\n")
@@ -231,23 +241,31 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--exhaustive-max", type=int, default=4_000_000)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 40])
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--skip-table1", action="store_true")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4],
+                    help="max batch sizes of the gap survey")
+    ap.add_argument("--workers", type=int, default=2, help="CP-SAT threads per solve")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="gap-survey instances solved at a time (processes)")
+    ap.add_argument("--skip-table1", action="store_true", help="only the gap survey")
+    ap.add_argument("--skip-gap", action="store_true", help="only Table 1 and Fig. 7")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     speed = python_loop_s()
-    t1, rows1 = ("", []) if args.skip_table1 else table1(args)
-    g, rows2 = gap(args)
-    body = (header(command_line())
+    head = (header(command_line())
             + f"- Python loop speed at the start: {speed:.2f} s per 10^7 iterations\n\n")
-    if t1:
-        body += "Table 1 in shape:\n\n" + t1 + "\nFig. 7 in shape:\n\n" + fig7(rows1) + "\n"
-    body += "SA's gap to the exact optimum (or to the proven bound when not proven):\n\n" + g
-    if args.write_docs:
-        img = ROOT / "docs" / "img" / "huang_sa_gap.png"
-        plot(points_of(rows2), img)
-        body += "\n![SA gap by instance size](img/huang_sa_gap.png)\n"
-    publish(args.write_docs, "huang-table1", body)
+    if not args.skip_table1:
+        t1, rows1 = table1(args)
+        publish(args.write_docs, "huang-table1", head + "Table 1 in shape:\n\n" + t1
+                + "\nFig. 7 in shape:\n\n" + fig7(rows1))
+    if not args.skip_gap:
+        g, rows2 = gap(args)
+        body = (head + "SA's gap to the exact optimum (or to the proven bound when not "
+                "proven):\n\n" + g)
+        if args.write_docs:
+            img = ROOT / "docs" / "img" / "huang_sa_gap.png"
+            plot(points_of(rows2), img)
+            body += "\n![SA gap by instance size](img/huang_sa_gap.png)\n"
+        publish(args.write_docs, "huang-sa-gap", body)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,12 @@ from llmopt.errors import InstanceError, OptionError
 from llmopt.problems.api import solve as api_solve
 from llmopt.problems.slo_priority import exhaustive, sa
 from llmopt.problems.slo_priority.cluster import assign_instances, plan_cluster
-from llmopt.problems.slo_priority.exact import max_met_single, solve_exact
+from llmopt.problems.slo_priority.exact import (
+    _lower_bound,
+    max_met_single,
+    solve_exact,
+    total_latency_lower_bound,
+)
 from llmopt.problems.slo_priority.model import SloPriorityData, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,6 +176,38 @@ def test_exhaustive_and_exact_equal_brute_force(n: int, max_batch: int, seed: in
         assert out.bound_g_per_s >= expected * (1 - 1e-9)
         met, total = independent_g(reqs, sum(out.batches, ()), tuple(map(len, out.batches)))
         assert met / (total / 1000) == pytest.approx(out.g_per_s, rel=1e-12)
+
+
+def min_total_latency(reqs: list[dict], max_batch: int) -> float:
+    """The least t (ms) over every permutation and cut into batches, evaluated independently."""
+    n, best = len(reqs), float("inf")
+    for order in itertools.permutations(range(n)):
+        for sizes in itertools.product(range(1, max_batch + 1), repeat=n):
+            for m in range(1, n + 1):
+                if sum(sizes[:m]) == n:
+                    best = min(best, independent_g(reqs, order, sizes[:m])[1])
+    return best
+
+
+def test_total_latency_bound_by_hand() -> None:
+    # e = 1, 2, 3, 4: at B = 2 the best plan is (1, 2) then (3, 4): 1 + 2 + (2+3) + (2+4) = 14;
+    # at B = 1 shortest first: 1 + 3 + 6 + 10 = 20; at B = 4 one batch: 10
+    assert [_lower_bound([4, 2, 3, 1], b) for b in (1, 2, 4)] == [20, 14, 10]
+    # three long and one short at B = 2: (1, 9) then (9, 9) gives 1 + 9 + 18 + 18 = 46;
+    # (1) then (9, 9) then (9): 1 + 10 + 10 + 19 = 40; the bound must not exceed 40
+    assert _lower_bound([9, 1, 9, 9], 2) <= 40
+
+
+@pytest.mark.parametrize(("n", "max_batch", "seed"), [(5, 2, 30), (5, 3, 31), (6, 2, 32),
+                                                       (5, 1, 33)])
+def test_total_latency_bound_below_the_least_total(n: int, max_batch: int, seed: int) -> None:
+    reqs = random_requests(n, seed)
+    data = SloPriorityData.from_instance(make(reqs, max_batch))
+    least = min_total_latency(reqs, max_batch)
+    bound = total_latency_lower_bound(data)
+    assert bound <= least * (1 + 1e-12)
+    if max_batch == 1:  # Smith's rule: exact
+        assert bound == pytest.approx(least, rel=1e-12)
 
 
 @pytest.mark.parametrize(("n", "max_batch", "seed"), [(7, 2, 10), (7, 4, 11), (7, 1, 12)])

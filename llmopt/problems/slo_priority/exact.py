@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TypeVar
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from llmopt.backends.cpsat import subsolver
@@ -429,11 +430,8 @@ def max_met_single(data: SloPriorityData) -> int:
 
 
 def total_latency_lower_bound(data: SloPriorityData) -> float:
-    """A lower bound (ms) on t (eq 3) over every plan. Each request takes at least
-    e_i = min_s t_exec,i(s); a plan of M ≥ ⌈N/B⌉ batches has distinct longest requests
-    ("leaders") whose e bound the batch durations, and after batch r at least N − (r+1)·B
-    requests wait for it (eq 11). Pairing the smallest e with the largest of these counts
-    (rearrangement) bounds the total wait from below. With B = 1 this is the shortest-first
+    """A lower bound (ms) on t (eq 3) over every plan, from e_i = min_s t_exec,i(s), each
+    request's least execution time (``_lower_bound``). With B = 1 it is the shortest-first
     order's total, the exact minimum (Smith's rule)."""
     return _lower_bound([min(row[1:data.max_batch + 1]) for row in data.exec_ms],
                         data.max_batch)
@@ -441,11 +439,33 @@ def total_latency_lower_bound(data: SloPriorityData) -> float:
 
 def _lower_bound(least: list[T], max_batch: int) -> T:
     """The bound of :func:`total_latency_lower_bound` from each request's least execution
-    time (in ms, or in the model's rounded clock units: the model's cut must use its own
-    rounded times, which the bound then holds for)."""
-    n, e = len(least), sorted(least)
-    wait = sum(e[r] * max(0, n - (r + 1) * max_batch) for r in range(-(-n // max_batch)))
-    return sum(e) + wait
+    time e (in ms, or in the model's rounded clock units: the model's cut must use its own
+    rounded times, which the bound then holds for); e_(1) ≤ … ≤ e_(n) sorted, B = max_batch.
+
+    t = Σ_i e2e_i ≥ Σ_i e_i + Σ_j D_j·A_j (eqs 3, 4, 11): batch j of a plan's M batches lasts D_j
+    and A_j requests wait for it. For each M from ⌈n/B⌉ to n, over plans of exactly M batches:
+
+    - A_j ≥ c_j = max(n − (j+1)·B, M − 1 − j): the later batches hold at most B requests and at
+      least one each; c_j falls with j, so Σ_j D_j·A_j ≥ Σ_r D_[r]·c_r with D_[r] the durations
+      in ascending order (rearrangement);
+    - D_[r] ≥ e_(r+1): the r+1 shortest batches have distinct longest requests;
+    - D_[r] ≥ e_(n−q·B), q = M − 1 − r: the q·B + 1 requests of largest e do not fit in the q
+      batches longer than D_[r], so one of them runs in a batch no longer than it.
+
+    The bound is the least over M. Only the first argument (distinct longest requests with
+    A_j ≥ n − (j+1)·B) was used before; at M = ⌈n/B⌉ the last one is the total of the
+    sorted requests cut into consecutive full batches."""
+    n, B = len(least), max_batch
+    if n == 0:
+        return sum(least)
+    e = np.sort(np.asarray(least))  # int64 for clock units: exact
+    waits = []
+    for M in range(-(-n // B), n + 1):
+        r = np.arange(M)
+        after = np.maximum(n - (r + 1) * B, M - 1 - r)
+        longest = np.maximum(e[r], e[np.maximum(n - (M - 1 - r) * B, 1) - 1])
+        waits.append((after * longest).sum())
+    return (e.sum() + min(waits)).item()
 
 
 def _hint_for(found: list[Evaluation], k: int | None) -> Batches | None:
