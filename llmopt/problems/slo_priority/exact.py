@@ -6,7 +6,8 @@ G* = max_k k / T_k. T_k does not decrease with k, so with T_min the least t of a
 with k / T_min ≤ G_inc (the incumbent's G) can beat the incumbent.
 
 Order of the sub-solves: (1) k_max, the most requests that can meet their SLOs together
-(Moore–Hodgson at batch 1, else CP-SAT on at most MAX_MET_SHARE of the time limit); (2) when
+(Moore–Hodgson at batch 1; else CP-SAT on at most MAX_MET_SHARE of the time limit, below
+Moore–Hodgson on a relaxation, ``max_met_bound``); (2) when
 more than one k would be tried at batch > 1, T_0 (the least t of any plan, or its proven bound;
 at batch 1 the closed-form bound is T_0, Smith's rule) on at most
 MIN_T_SHARE of the time left, which replaces the closed-form T_min when larger and prunes the
@@ -405,26 +406,37 @@ def monotone(data: SloPriorityData) -> bool:
                for i in range(data.n) for s in range(1, B))
 
 
-def max_met_single(data: SloPriorityData) -> int:
-    """With max batch 1, the most requests that can meet their SLOs together: Moore and
-    Hodgson's algorithm for 1||ΣU_j, request i due at slack_i + t_exec,i(1) (its latest start
-    plus its time); requests without a deadline (only a TPOT target that holds) are met
-    anywhere (last)."""
+def max_met_bound(data: SloPriorityData) -> int:
+    """An upper bound on the most requests that can meet their SLOs together, exact at max
+    batch 1: Moore and Hodgson's algorithm for 1||ΣU_j on p_i = e_i / B (e_i = min_s
+    t_exec,i(s)), request i due at L_i + p_i + (B − 1)·max_k p_k, L_i = max_s slack_i(s) (the
+    latest start of its batch at any size). Requests without a deadline (only a TPOT target that
+    holds) are met anywhere (last).
+
+    Why it bounds: list a plan's met requests by batch. A batch lasts at least each member's
+    t_exec ≥ e, so the e of the requests in earlier batches sum to at most B times the start st_i
+    of i's batch, and st_i ≤ L_i when i is met: Σ_(earlier) p_k ≤ L_i, plus at most B − 1
+    batch-mates listed before i, each p_k ≤ max p. So the met requests meet these due dates in
+    that order. At B = 1 (p = t_exec,i(1), due at slack_i(1) + t_exec,i(1)) it is exact."""
+    B = data.max_batch
+    least = [min(row[1:B + 1]) for row in data.exec_ms]
+    mates = (B - 1) * max(least, default=0.0) / B
     free = 0
     jobs = []
     for i in range(data.n):
-        sl = data.slack_ms[i][1]
-        if sl == math.inf:
+        latest = max(data.slack_ms[i][1:B + 1])
+        if latest == math.inf:
             free += 1
-        elif sl >= 0:
-            jobs.append((sl + data.exec_ms[i][1], data.exec_ms[i][1]))
+        elif latest >= 0:
+            p = least[i] / B
+            jobs.append((latest + p + mates, p))
     jobs.sort()
     heap: list[float] = []
     clock = 0.0
     for due, p in jobs:
         heapq.heappush(heap, -p)
         clock += p
-        if clock > due:
+        if clock > due + 1e-9 * max(1.0, due):  # a plan's sums in another order: rounding
             clock += heapq.heappop(heap)  # drop the longest so far
     return len(heap) + free
 
@@ -528,24 +540,29 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         return name, obj, bnd
 
     # 1. the most requests that can meet their SLOs together
+    k_relaxed = max_met_bound(data)
     if data.max_batch == 1:
-        k_max = max_met_single(data)
+        k_max = k_relaxed
         solves.append({"kind": "max met", "k": None, "status": "optimal (Moore-Hodgson)",
                        "objective": k_max})
     else:
+        solves.append({"kind": "max met", "k": None, "status": "bound (Moore-Hodgson, "
+                       "relaxed)", "bound": k_relaxed})
         progress.stage("CP-SAT: most requests meeting their SLOs")
         full = mod
         if monotone(data):
             mod = _Model(data, decimals, only_met=True)
+        mod.set_domain(mod.count, 0, k_relaxed)
         mod.model.maximize(mod.count)
         status, obj, bnd = run("max met", None, share=MAX_MET_SHARE)
+        mod.set_domain(mod.count, 0, n)
         mod = full
         if status == "OPTIMAL":
             k_max = round(obj or 0)
         elif bnd is not None:
-            k_max = min(n, math.floor(bnd + 1e-9))
+            k_max = min(k_relaxed, math.floor(bnd + 1e-9))
         else:
-            k_max = n
+            k_max = k_relaxed
     # 2. a lower bound on the total latency of any plan, T_min (a lower bound on every T_k)
     t_min_ms = max(total_latency_lower_bound(data), 1e-300)
     t_min_units = math.floor(t_min_ms * scale)
