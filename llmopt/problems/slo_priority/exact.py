@@ -464,8 +464,7 @@ def _lower_bound(least: list[T], max_batch: int) -> T:
     - D_[r] ≥ e_(n−q·B), q = M − 1 − r: the q·B + 1 requests of largest e do not fit in the q
       batches longer than D_[r], so one of them runs in a batch no longer than it.
 
-    The bound is the least over M. Only the first argument (distinct longest requests with
-    A_j ≥ n − (j+1)·B) was used before; at M = ⌈n/B⌉ the last one is the total of the
+    The bound is the least over M; at M = ⌈n/B⌉ the last argument gives the total of the
     sorted requests cut into consecutive full batches."""
     n, B = len(least), max_batch
     if n == 0:
