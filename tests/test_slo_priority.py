@@ -178,24 +178,26 @@ def test_exhaustive_and_exact_equal_brute_force(n: int, max_batch: int, seed: in
         assert met / (total / 1000) == pytest.approx(out.g_per_s, rel=1e-12)
 
 
-def min_total_latency(reqs: list[dict], max_batch: int) -> float:
-    """The least t (ms) over every permutation and cut into batches, evaluated independently."""
-    n, best = len(reqs), float("inf")
+def every_plan(n: int, max_batch: int):
+    """Every (priority order, batch sizes) of n requests: each cut of each permutation, some
+    more than once."""
     for order in itertools.permutations(range(n)):
         for sizes in itertools.product(range(1, max_batch + 1), repeat=n):
             for m in range(1, n + 1):
                 if sum(sizes[:m]) == n:
-                    best = min(best, independent_g(reqs, order, sizes[:m])[1])
-    return best
+                    yield order, sizes[:m]
+
+
+def min_total_latency(reqs: list[dict], max_batch: int) -> float:
+    """The least t (ms) over every plan, evaluated independently."""
+    return min(independent_g(reqs, order, sizes)[1]
+               for order, sizes in every_plan(len(reqs), max_batch))
 
 
 def brute_force_met(reqs: list[dict], max_batch: int) -> int:
-    """The most requests meeting their SLOs over every permutation and cut into batches."""
-    n = len(reqs)
-    return max(independent_g(reqs, order, sizes[:m])[0]
-               for order in itertools.permutations(range(n))
-               for sizes in itertools.product(range(1, max_batch + 1), repeat=n)
-               for m in range(1, n + 1) if sum(sizes[:m]) == n)
+    """The most requests meeting their SLOs over every plan, evaluated independently."""
+    return max(independent_g(reqs, order, sizes)[0]
+               for order, sizes in every_plan(len(reqs), max_batch))
 
 
 def test_total_latency_bound_by_hand() -> None:
