@@ -168,13 +168,13 @@ def gap(args: argparse.Namespace) -> tuple[str, list[dict]]:
                 proven = sum(x["proven"] for x in runs)
                 cp_times = [x["cp_s"] for x in runs]
                 sa_times = [x["sa_ms"] for x in runs]
+                below = [x["below_best"] for x in runs]
                 row = {"n": n, "b": b, "proven": proven, "instances": count,
-                       "gaps": gaps, "below_best": [x["below_best"] for x in runs],
+                       "gaps": gaps, "below_best": below,
                        "cp_median_s": statistics.median(cp_times), "cp_max_s": max(cp_times),
                        "sa_median_ms": statistics.median(sa_times)}
                 rows.append(row)
                 m, lit = gaps["metropolis"], gaps["literal"]
-                below = [x["below_best"] for x in runs]
                 lines.append(
                     f"| {n} | {b} | {proven}/{count} | "
                     f"{statistics.mean(m):.1%} / {max(m):.1%} | "
