@@ -17,12 +17,19 @@ from llmopt.result import read_solution
 from llmopt.validate import validate_solution
 
 
+def like_a_terminal() -> None:
+    """``preexec_fn`` of the solves these tests interrupt: SIGINT at its default, as in a
+    terminal, even when this test run itself ignores it (a background job of a
+    non-interactive shell), where llmopt would rightly leave the signals alone."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("solver", ["highs", "cpsat"])
 def test_ctrl_c_keeps_incumbent_and_bound(solver, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmopt", "solve", str(TOY / "hard-100x20.yaml"), "--solver",
          solver, "--time-limit", "120", "--out", str(tmp_path), "--no-plot"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=like_a_terminal,
     )
     # wait until the solver has started (its stage line), then give it a moment to find a solution
     line = proc.stderr.readline()
@@ -47,7 +54,8 @@ def interrupt_after(args: list[str], marker: str, delay_s: float, sig: int) -> t
     """Run ``llmopt solve ARGS``, send ``sig`` ``delay_s`` after the progress line containing
     ``marker``; the exit code and stderr."""
     proc = subprocess.Popen([sys.executable, "-m", "llmopt", "solve", *args, "--no-plot"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=like_a_terminal)
     seen = []
     for line in proc.stderr:
         seen.append(line)
@@ -108,7 +116,8 @@ def test_sigterm_is_left_alone_when_sigint_is_ignored():
     ignored = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert ignored.stdout.strip() == "True", ignored.stderr
-    normal = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    normal = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            preexec_fn=like_a_terminal)
     assert normal.stdout.strip() == "False", normal.stderr
 
 
@@ -139,6 +148,7 @@ def test_ctrl_c_under_sigint_stops_calls_stop_from_the_watcher(sig):
     from the watcher thread and sets the flag instead of raising; afterwards Ctrl-C raises
     KeyboardInterrupt again."""
     done = subprocess.run([sys.executable, "-c", SIGINT_STOPS.replace("{signal}", sig)],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          preexec_fn=like_a_terminal)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
