@@ -27,6 +27,7 @@ from llmopt.problems.slo_priority.exact import (
     total_latency_lower_bound,
 )
 from llmopt.problems.slo_priority.model import SloPriorityData, evaluate
+from llmopt.problems.slo_priority.solve import simple_bound
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "instances" / "toy" / "huang-chat-code.yaml"
@@ -168,6 +169,7 @@ def test_exhaustive_and_exact_equal_brute_force(n: int, max_batch: int, seed: in
     data = SloPriorityData.from_instance(make(reqs, max_batch))
     ex = exhaustive.search(data)
     assert ex.complete and ex.g_per_s == pytest.approx(expected, rel=1e-9)
+    assert simple_bound(data) >= expected * (1 - 1e-9)  # the bound every solver reports
     for formulation in ("intervals", "slots") if max_batch > 1 else ("intervals",):
         out = solve_exact(data, sa.anneal(data, seed=0).batches, time_limit_s=30,
                           formulation=formulation)
