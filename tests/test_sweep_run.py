@@ -206,12 +206,39 @@ def test_search_brackets_the_largest_passing_value(tmp_path):
     by_count = scan.set_index("count")["makespan_ms"]
     assert failing == ok + 1
     assert by_count[ok] <= target < by_count[failing]
+    assert answer["makespan_ms_at_largest"] == pytest.approx(by_count[ok])
+    assert answer["makespan_ms_at_first_failing"] == pytest.approx(by_count[failing])
     if by_count.is_monotonic_increasing:
         assert ok == int(by_count[by_count <= target].index.max())
     probes = searched.table
     assert probes["probe"].all() and len(probes) == answer["probes"]
     assert meets(load_sweep(tmp_path / "search.yaml").search,
                  {"cell_status": "ok", "makespan_ms": target})
+
+
+def test_search_says_when_the_ends_contradict_monotonicity(tmp_path):
+    """A makespan at least a target is met by many requests and missed by few: the ends of
+    the range are upside down for a search of the largest passing value, which must say so
+    rather than bisect a bracket that holds no answer."""
+    sample = TOY / "infermax-azure-sample.yaml"
+    ends = run_sweep(load_sweep(write(tmp_path, f"""
+        instances: [{sample}]
+        grid: {{policy: [sarathi], count: [10, 60]}}
+        metrics: [makespan_ms]
+        """, "ends.yaml")), tmp_path / "ends", engine="serial").table
+    by_count = ends.set_index("count")["makespan_ms"]
+    target = float(by_count.mean())
+    searched = run_sweep(load_sweep(write(tmp_path, f"""
+        instances: [{sample}]
+        grid: {{policy: [sarathi]}}
+        metrics: [makespan_ms]
+        search: {{parameter: count, low: 10, high: 60, metric: makespan_ms,
+                  at_least: {target}, steps: 10}}
+        """, "search.yaml")), tmp_path / "search", engine="serial")
+    answer = searched.search.iloc[0]
+    assert answer["note"].startswith("not monotone") and answer["probes"] == 2
+    assert int(answer["largest_count"]) == 60 and int(answer["first_failing_count"]) == 10
+    assert answer["makespan_ms_at_first_failing"] == pytest.approx(by_count[10])
 
 
 def test_cli_run_rerun_dry_run_and_plot(tmp_path, cli):

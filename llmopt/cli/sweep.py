@@ -171,7 +171,9 @@ def _summary(sweep: Sweep, report: SweepReport) -> None:
                   f"first failing: the smallest {name} probed that misses it):")
         out.print(_frame_table(shown_search.rename(columns={
             f"largest_{name}": "largest", f"first_failing_{name}": "first failing",
-            f"{sweep.search.metric}_at_largest": f"{sweep.search.metric} there"})))
+            f"{sweep.search.metric}_at_largest": f"{sweep.search.metric} at largest",
+            f"{sweep.search.metric}_at_first_failing":
+                f"{sweep.search.metric} at first failing"})))
     failed = table[table["cell_status"] == "failed"]
     for _, row in failed.head(5).iterrows():
         shown = {c: row[c] for c in sweep.columns if pd.notna(row[c])}

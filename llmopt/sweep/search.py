@@ -5,7 +5,9 @@ other parameters.
 Each round runs one probe per open group through the sweep's engine, so the groups' probes run
 in parallel; probes are cells like any other (stored, resumable, in the results table). The
 search assumes the metric is monotone in the parameter: it reports the bracket it found, the
-largest value that met the target and the smallest that did not. Integer parameters are
+largest value that met the target and the smallest that did not, with the metric at both. When
+the two ends contradict that (``low`` misses the target and ``high`` meets it) the group is not
+bisected and its note says so: a bracket upside down has no goodput in it. Integer parameters are
 bisected to adjacent integers; positive float ranges at the geometric midpoint (rates span
 orders of magnitude), for ``steps`` rounds.
 """
@@ -30,6 +32,7 @@ class _Group:
     ok: float | None = None          # the largest value known to meet the target
     failing: float | None = None     # the smallest value known to miss it
     ok_metric: float | None = None
+    failing_metric: float | None = None
     probes: int = 0
     note: str = ""
     open: bool = True
@@ -78,11 +81,14 @@ def _update(spec: SearchSpec, g: _Group, probes: list[Cell],
             if g.ok is None or value > g.ok:
                 g.ok, g.ok_metric = value, row.get(spec.metric)
         elif g.failing is None or value < g.failing:
-            g.failing = value
+            g.failing, g.failing_metric = value, row.get(spec.metric)
     if g.ok is None:
         g.open, g.note = False, "misses the target at the low end"
     elif g.failing is None:
         g.open, g.note = False, "meets the target at the high end"
+    elif g.failing < g.ok:
+        g.open, g.note = False, (f"not monotone: misses the target at {g.failing:g}, meets it "
+                                 f"at {g.ok:g}; not bisected")
     else:
         middle = _midpoint(spec.parameter, g.ok, g.failing)
         if middle is None:
@@ -107,7 +113,8 @@ def _table(sweep: Sweep, spec: SearchSpec, groups: list[_Group]) -> pd.DataFrame
     rows = []
     for g in groups:
         rows.append({**{c: g.params.get(c) for c in sweep.columns if c != name},
-                     f"largest_{name}": g.ok, f"first_failing_{name}": g.failing,
-                     f"{spec.metric}_at_largest": g.ok_metric, "target": target,
+                     f"largest_{name}": g.ok, f"{spec.metric}_at_largest": g.ok_metric,
+                     f"first_failing_{name}": g.failing,
+                     f"{spec.metric}_at_first_failing": g.failing_metric, "target": target,
                      "probes": g.probes, "note": g.note or "bisected"})
     return pd.DataFrame(rows)
