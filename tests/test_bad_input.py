@@ -85,7 +85,7 @@ CASES = {
     ),
     "trace_bad_tokens": (
         GOOD_HEAD + "requests: {trace: bad.csv}\n", [],
-        ["bad.csv", "num_decode_tokens (row 1)", "-3"],
+        ["bad.csv", "num_decode_tokens (row 1, counted from 0)", "-3"],
     ),
     "unknown_top_level_field": (
         GOOD_HEAD + "requests: [{id: a, input_tokens: 1, output_tokens: 1}]\nclients: 3\n",
@@ -157,7 +157,7 @@ CASES = {
     ),
     "jsonl_huge_tokens": (
         GOOD_HEAD + "requests: {trace: huge.jsonl}\n", [],
-        ["huge.jsonl", "input_tokens (row 1)", "1e+30"],
+        ["huge.jsonl", "input_tokens (row 1, counted from 0)", "1e+30"],
     ),
     "nan_time_limit": (GOOD_ONE, ["--time-limit", "nan"], ["--time-limit", "nan", "finite"]),
     "inf_time_limit": (GOOD_ONE, ["--time-limit", "inf"], ["--time-limit", "inf", "finite"]),

@@ -470,7 +470,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any], list[str]]] = {
             "i.yaml": trace("{trace: t.csv}"),
             "t.csv": "arrived_at,num_prefill_tokens,num_decode_tokens\nnan,5,6\n",
         },
-        ["t.csv", "arrived_at", "nan"],
+        ["t.csv", "arrived_at", "missing", "NaN"],
     ),
     "trace_csv_binary": (
         ["solve"],
@@ -497,7 +497,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any], list[str]]] = {
             "t.jsonl": '{"input_tokens": 5, "output_tokens": 6, "arrival_ms": 3}\n'
                        '{"input_tokens": 5, "output_tokens": 6}\n',
         },
-        ["t.jsonl", "arrival_ms (row 1)", "every row or on none"],
+        ["t.jsonl", "arrival_ms (row 1, counted from 0)", "every row or on none"],
     ),
     "misspelt_request_key": (
         ["solve"],

@@ -91,8 +91,15 @@ def test_a_request_alone_meets_targets_of_exactly_its_single_latency() -> None:
 @pytest.mark.parametrize(("slo", "field"), [
     ({"ttft_ms": 0}, "slo.ttft_ms"),
     ({"ttft_ms": -5}, "slo.ttft_ms"),
-    ({"classes": [{"name": "a", "share": 0.5}, {"name": "b", "share": 0.4}]}, "slo"),
-    ({"classes": [{"name": "a", "share": 0.5}, {"name": "a", "share": 0.5}]}, "slo"),
+    ({"classes": [{"name": "a", "share": 0.5}, {"name": "b", "share": 0.4}]},
+     "slo.classes[*].share: the shares sum to 0.9"),
+    ({"classes": [{"name": "a", "share": 0.5}, {"name": "a", "share": 0.5}]},
+     "slo.classes[1].name: value 'a'"),
+    ({"classes": []}, "slo.classes"),
+    ({"classes": [{"name": "a", "share": 0.5, "ttft_ms": 100}, {"name": "b", "share": 0.5}]},
+     "slo.classes[1]: value 'b': the class has no target"),
+    ({}, "slo: the section gives no target"),
+    ({"scale": 2}, "slo: the section gives no target"),
     ({"multiple": 0}, "slo.multiple"),
     ({"bogus": 1}, "slo.bogus"),
 ])
@@ -102,10 +109,22 @@ def test_bad_slo_sections_name_the_field(slo: dict, field: str) -> None:
     assert field in str(err.value)
 
 
+def test_classes_and_sections_without_targets_of_their_own_take_the_defaults() -> None:
+    """A class without targets takes the section's; a section without any scales the
+    requests' own."""
+    inst = instance_from_mapping(mapping(gen(), {
+        "ttft_ms": 300, "classes": [{"name": "a", "share": 0.5},
+                                    {"name": "b", "share": 0.5, "ttft_ms": 900}]}))
+    assert {(r.slo_class, r.ttft_slo_ms) for r in inst.requests} == {("a", 300), ("b", 900)}
+    own = [{"id": "a", "input_tokens": 10, "output_tokens": 5, "ttft_slo_ms": 50}]
+    assert instance_from_mapping(mapping(own, {"scale": 2})).requests[0].ttft_slo_ms == 100
+
+
 def test_an_unknown_class_is_refused() -> None:
     listed = [{"id": "a", "input_tokens": 10, "output_tokens": 5, "slo_class": "batch"}]
     with pytest.raises(InstanceError, match=r"requests\[0\]\.slo_class.*batch"):
-        instance_from_mapping(mapping(listed, {"classes": [{"name": "chat", "share": 1}]}))
+        instance_from_mapping(mapping(listed, {"classes": [{"name": "chat", "share": 1,
+                                                            "ttft_ms": 100}]}))
     with pytest.raises(InstanceError, match=r"no slo\.classes"):
         instance_from_mapping(mapping(listed))
 

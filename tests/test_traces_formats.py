@@ -92,7 +92,7 @@ def test_burstgpt_filter_value_matching_no_row_lists_the_values_present(write):
 
 def test_burstgpt_filters_present_but_selecting_nothing(write):
     path = write("b.csv", burst_csv())
-    with pytest.raises(TraceError, match=r"no requests selected \(check start/limit, model, "
+    with pytest.raises(TraceError, match=r"no requests selected \(check start, model, "
                                          r"log_type\)"):
         read_trace(path, "burstgpt", model="ChatGPT", log_type="API log", start=1)
     # both values are in the file, never on the same row
@@ -132,13 +132,14 @@ def test_burstgpt_is_detected_by_its_columns(write):
 
 def test_burstgpt_bad_values_name_file_column_row_and_value(write):
     rows = [*BURST_ROWS[:3], (9.0, "GPT-4", -4, 7, "API log")]
-    with pytest.raises(TraceError, match=r"b\.csv: Request tokens \(row 3\): value -4"):
+    with pytest.raises(TraceError,
+                       match=r"b\.csv: Request tokens \(row 3, counted from 0\): value -4"):
         read_trace(write("b.csv", burst_csv(rows)), "burstgpt")
     rows = [*BURST_ROWS[:3], (9.0, "GPT-4", 4, -7, "API log")]
-    with pytest.raises(TraceError, match=r"Response tokens \(row 3\): value -7"):
+    with pytest.raises(TraceError, match=r"Response tokens \(row 3, counted from 0\): value -7"):
         read_trace(write("c.csv", burst_csv(rows)), "burstgpt")
     text = burst_csv().replace("\n8.0,", "\nlater,")
-    with pytest.raises(TraceError, match=r"Timestamp \(row 3\): value 'later'"):
+    with pytest.raises(TraceError, match=r"Timestamp \(row 3, counted from 0\): value 'later'"):
         read_trace(write("d.csv", text), "burstgpt")
 
 
@@ -208,20 +209,21 @@ def test_chunked_reading_gives_the_same_rows(write, monkeypatch, case):
 @pytest.mark.parametrize("chunk", [1, 2, 3, 1000])
 @pytest.mark.parametrize("name,text,fragment", [
     ("v.csv", vidur_text().replace("\n3.0,16,", "\n3.0,16.5,"),
-     r"num_prefill_tokens \(row 6\): value 16.5"),
-    ("v.csv", vidur_text().replace("\n4.5,", "\n-4.5,"), r"arrived_at \(row 9\): value -4.5"),
+     r"num_prefill_tokens \(row 6, counted from 0\): value 16.5"),
+    ("v.csv", vidur_text().replace("\n4.5,", "\n-4.5,"),
+     r"arrived_at \(row 9, counted from 0\): value -4.5"),
     ("a.csv", azure_text().replace("18:22:46.5", "yesterday"),
-     r"TIMESTAMP \(row 7\): value '2023-11-16 yesterday'"),
+     r"TIMESTAMP \(row 7, counted from 0\): value '2023-11-16 yesterday'"),
     ("j.jsonl", jsonl_text().replace('"input_tokens": 17', '"input_tokens": -17'),
-     r"input_tokens \(row 7\): value -17"),
+     r"input_tokens \(row 7, counted from 0\): value -17"),
     ("j.jsonl", jsonl_text().replace(', "arrival_ms": 800.0', ""),
-     r"arrival_ms \(row 8\): missing on this row"),
+     r"arrival_ms \(row 8, counted from 0\): missing on this row"),
     ("m.jsonl", mooncake_text().replace('"output_length": 48', '"output_length": "many"'),
-     r"output_length \(row 8\): value 'many'"),
+     r"output_length \(row 8, counted from 0\): value 'many'"),
     ("b.csv", burst_csv(BURST_TWICE).replace("\n9.5,GPT-4,15,25", "\n9.5,GPT-4,x,25"),
-     r"Request tokens \(row 5\): value 'x'"),
+     r"Request tokens \(row 5, counted from 0\): value 'x'"),
     ("b.csv", burst_csv([*BURST_ROWS, (12.0, "GPT-4", 3, -1, "API log")]),
-     r"Response tokens \(row 7\): value -1"),
+     r"Response tokens \(row 7, counted from 0\): value -1"),
 ])
 def test_bad_row_in_a_later_chunk_names_its_file_row(write, monkeypatch, chunk, name, text,
                                                     fragment):
@@ -245,7 +247,7 @@ def test_rows_after_the_selection_are_not_checked(write, monkeypatch, chunk):
         read_trace(jsonl)
     burst = write("b.csv", burst_csv([*BURST_ROWS[:3], (9.0, "GPT-4", -1, 5, "API log")]))
     assert [r["id"] for r in read_trace(burst, model="GPT-4", limit=1)] == ["r2"]
-    with pytest.raises(TraceError, match=r"Request tokens \(row 3\)"):
+    with pytest.raises(TraceError, match=r"Request tokens \(row 3, counted from 0\)"):
         read_trace(burst, model="GPT-4", limit=2)
 
 
@@ -328,6 +330,30 @@ def test_filter_column_missing_only_matters_when_filtering(write):
         read_trace(path, log_type="API log")
 
 
+def test_empty_traces_missing_values_and_columns_are_named(write):
+    """What is wrong is said, not guessed: no rows at all (start and limit unset), a value
+    missing (an empty cell, a key a line does not give), the column missing."""
+    header_only = write("h.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n")
+    with pytest.raises(TraceError, match=r"h\.csv: the trace has no requests$"):
+        read_trace(header_only)
+    failed = write("f.csv", burst_csv([(1.0, "GPT-4", 3, 0, "API log")]))
+    with pytest.raises(TraceError, match=r"no requests \(failed requests, Response tokens 0"):
+        read_trace(failed)
+    blank = write("b.csv", vidur_text(3).replace("\n1.0,12,22", "\n1.0,,22"))
+    with pytest.raises(TraceError, match=r"num_prefill_tokens \(row 2, counted from 0\): "
+                                         r"missing"):
+        read_trace(blank)
+    lines = write("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 3}\n'
+                             '{"timestamp": 1, "input_length": 5}\n')
+    with pytest.raises(TraceError, match=r"output_length \(row 1, counted from 0\): missing"):
+        read_trace(lines)
+    for text, missing in (("arrived_at,num_prefill_tokens\n0,5\n", "num_decode_tokens"),
+                          ("TIMESTAMP,GeneratedTokens\n2023-11-16 18:15:46,5\n",
+                           "ContextTokens")):
+        with pytest.raises(TraceError, match=f"wrong columns: missing {missing};"):
+            read_trace(write("c.csv", text))
+
+
 def test_start_and_limit_are_checked(write):
     path = write("v.csv", vidur_text(3))
     with pytest.raises(TraceError, match="start"):
@@ -359,3 +385,16 @@ def test_shared_traces_chunked_as_whole(monkeypatch, name):
     if name.startswith("arxiv"):
         assert {r["arrival_ms"] for r in read_trace(path, limit=5, timestamps_required=False)} \
             == {None}
+
+
+def test_the_cli_says_once_and_on_one_line_that_a_trace_was_sorted(tmp_path, cli):
+    (tmp_path / "t.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                                    "0,5,6\n2,5,6\n1,5,6\n")
+    (tmp_path / "i.yaml").write_text("name: t\nmodel: infermax-llama2-7b-a100\n"
+                                     "system: {clients: 4}\nrequests: {trace: t.csv}\n")
+    result = cli("replay", tmp_path / "i.yaml", "--policy", "vllm,sarathi", "--no-plot",
+                 "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if "out of order" in line]
+    assert len(said) == 1 and said[0].startswith("warning: ") and "t.csv: row 2" in said[0]
+    assert "TraceWarning" not in result.output and ".py:" not in result.output

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from llmopt.data.cost.base import IterationCosts
 from llmopt.data.ranges import MAX_MS
@@ -76,20 +76,6 @@ class SloSpec(_Strict):
     basis: Literal["mean", "each"] = "mean"
     scale: Annotated[float, Field(gt=0, le=1e6)] = 1.0
 
-    @model_validator(mode="after")
-    def _classes_well_formed(self) -> SloSpec:
-        if self.classes is not None:
-            if not self.classes:
-                raise ValueError("classes: give at least one class, or leave it out")
-            names = [c.name for c in self.classes]
-            dup = next((n for n in names if names.count(n) > 1), None)
-            if dup is not None:
-                raise ValueError(f"classes: the class name {dup!r} is given twice")
-            total = sum(c.share for c in self.classes)
-            if abs(total - 1.0) > SHARE_TOLERANCE:
-                raise ValueError(f"classes: the shares sum to {total:g}, not 1")
-        return self
-
 
 def single_request_ms(profile: IterationCosts, input_tokens: float, output_tokens: float
                       ) -> tuple[float, float]:
@@ -110,7 +96,8 @@ def resolve_slos(spec: SloSpec | None, given: list[dict[str, float | str | None]
     """The SLO fields of each request (``ttft_slo_ms``, ``tpot_slo_ms``, ``e2e_slo_ms``,
     ``slo_class``) from the request's own fields ``given`` (each may hold those) and ``spec``:
     a request naming no class gets one drawn with the classes' shares.
-    Raises InstanceError on an unknown class or a class named without a ``classes`` list."""
+    Raises InstanceError on an unknown class, a class named without a ``classes`` list, and
+    the sections of :func:`check_spec`."""
     n = len(given)
     if spec is None:
         for k, g in enumerate(given):
@@ -120,6 +107,7 @@ def resolve_slos(spec: SloSpec | None, given: list[dict[str, float | str | None]
                                     value=g["slo_class"])
         return [{**{f: _scaled(g.get(f), 1.0) for f in SLO_FIELDS}, "slo_class": None}
                 for g in given]
+    check_spec(spec, any(g.get(f) is not None for g in given for f in SLO_FIELDS), file)
     classes = {c.name: c for c in spec.classes or []}
     drawn = _draw_classes(spec, n)
     derived = _derived_targets(spec, inputs, outputs, profile)
@@ -143,6 +131,37 @@ def resolve_slos(spec: SloSpec | None, given: list[dict[str, float | str | None]
             row[f] = _scaled(value, spec.scale)
         out.append(row)
     return out
+
+
+def check_spec(spec: SloSpec, requests_have_targets: bool, file: Path | None) -> None:
+    """The ``classes`` list: at least one class, distinct names, shares summing to 1, and each
+    class with a target unless the section gives defaults (its own targets or ``multiple``). A
+    section that gives no target at all (none of its own, in a class or derived) is refused
+    unless the requests carry their own: a request without a target meets its SLO in every
+    schedule, so a section forgotten that way would report full attainment."""
+    defaults = spec.multiple is not None or any(getattr(spec, t) is not None for t in TARGETS)
+    if spec.classes is not None:
+        if not spec.classes:
+            raise InstanceError("give at least one class, or leave classes out", file=file,
+                                field="slo.classes")
+        names = [c.name for c in spec.classes]
+        for k, name in enumerate(names):
+            if name in names[:k]:
+                raise InstanceError("the class name is given twice", file=file,
+                                    field=f"slo.classes[{k}].name", value=name)
+        total = sum(c.share for c in spec.classes)
+        if abs(total - 1.0) > SHARE_TOLERANCE:
+            raise InstanceError(f"the shares sum to {total:g}, not 1", file=file,
+                                field="slo.classes[*].share")
+        for k, c in enumerate(spec.classes):
+            if not defaults and all(getattr(c, t) is None for t in TARGETS):
+                raise InstanceError(
+                    "the class has no target: give it ttft_ms, tpot_ms or e2e_ms (or give the "
+                    "section's own targets or multiple)", file=file, field=f"slo.classes[{k}]",
+                    value=c.name)
+    elif not defaults and not requests_have_targets:
+        raise InstanceError("the section gives no target: give ttft_ms, tpot_ms, e2e_ms, classes "
+                            "or multiple", file=file, field="slo")
 
 
 def _scaled(value: float | str | None, scale: float) -> float | None:

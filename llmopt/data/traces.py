@@ -15,8 +15,10 @@ llmopt's own JSON lines.
   wrong number of fields may still be reported from the chunk holding the last selected request.)
 - Every value read is checked (of a failed BurstGPT row, only its ``Response tokens``), rows that
   a filter leaves out included: a bad value is a :class:`~llmopt.errors.TraceError` naming the
-  file, the column, the 0-based row of the file and the value. Token counts are integers >= 1
-  (negative ones are errors). A missing column is one error listing the expected columns.
+  file, the column, the 0-based row of the file (the row of its id) and the value, or saying
+  that the value is missing (an empty cell, a key a JSON line does not give). Token counts are
+  integers >= 1 (negative ones are errors). A missing column is one error naming it and listing
+  the expected columns. Errors in the syntax of a JSON line name its line in the file (from 1).
 - Arrival times: if the selected requests' timestamps are not non-decreasing, they are sorted by
   arrival time (a stable sort, so equal times keep file order) and a :class:`TraceWarning` names the
   file and the first row out of order. Arrivals are then rebased so that the first request arrives
@@ -116,8 +118,12 @@ def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | No
     frame = spec.read(path, Selection(start, limit, model, log_type)).iloc[start:]
     if frame.empty:
         used = [name for name, value in filters.items() if value is not None]
-        raise TraceError(f"no requests selected (check {', '.join(['start/limit', *used])})",
-                         file=path)
+        if start > 0:
+            used.insert(0, "start")
+        dropped = " (failed requests, Response tokens 0, are dropped)" if fmt == "burstgpt" \
+            else ""
+        raise TraceError(f"no requests selected (check {', '.join(used)})" if used
+                         else f"the trace has no requests{dropped}", file=path)
     if len(set(frame["id"])) != len(frame):
         dup = frame["id"][frame["id"].duplicated()].iloc[0]
         raise TraceError("duplicate request id", file=path, field="id", value=dup)
@@ -128,9 +134,10 @@ def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | No
         late = np.flatnonzero(np.diff(arrival) < 0)
         if late.size:
             row, before = frame.index[late[0] + 1], frame.index[late[0]]
-            warnings.warn(f"{path}: row {row} arrives before row {before} (timestamps out of "
-                          f"order); the {len(frame)} selected requests are sorted by arrival "
-                          "time, ids keep their file row", TraceWarning, stacklevel=2)
+            warnings.warn(f"{path}: row {row} arrives before row {before} (rows counted from "
+                          f"0; timestamps out of order); the {len(frame)} selected requests "
+                          "are sorted by arrival time, ids keep their file row", TraceWarning,
+                          stacklevel=2)
             order = np.argsort(arrival, kind="stable")
             frame, arrival = frame.iloc[order], arrival[order]
         times = [float(t) for t in arrival - arrival[0]]
@@ -280,9 +287,11 @@ def _read_csv(path: Path, sel: Selection) -> pd.DataFrame:
     header = _csv_header(path)
     azure = not set(VIDUR_COLUMNS[1:]) <= set(header)
     if azure and not set(AZURE_COLUMNS) <= set(header):
+        closest = AZURE_COLUMNS if set(AZURE_COLUMNS) & set(header) else VIDUR_COLUMNS[1:]
+        missing = ", ".join(c for c in closest if c not in header)
         raise TraceError(
-            "wrong columns: expected [arrived_at,]num_prefill_tokens,num_decode_tokens or "
-            "TIMESTAMP,ContextTokens,GeneratedTokens",
+            f"wrong columns: missing {missing}; expected [arrived_at,]num_prefill_tokens,"
+            "num_decode_tokens or TIMESTAMP,ContextTokens,GeneratedTokens",
             file=path, field="columns", value=header,
         )
     timed = azure or "arrived_at" in header
@@ -310,9 +319,7 @@ def _datetime_ms(col: pd.Series, path: Path, origin: list[pd.Timestamp]) -> np.n
         bad = stamps.isna().to_numpy()
         if bad.any():
             pos = int(np.flatnonzero(bad)[0])
-            raise TraceError("unparseable date-time", file=path,
-                             field=f"{col.name} (row {col.index[pos]})", value=col.iloc[pos],
-                             has_value=True)
+            raise _bad_value(col, pos, path, str(col.name), "unparseable date-time")
         if not origin:
             origin.append(stamps.iloc[0])
         return ((stamps - origin[0]).dt.total_seconds() * 1000.0).to_numpy(dtype=float)
@@ -379,7 +386,7 @@ class _Optional:
             reason = ("missing on this row" if self.given
                       else "given on this row but not on row 0")
             raise TraceError(f"{reason}: give {self.key} on every row or on none",
-                             file=self.path, field=f"{self.key} (row {row})")
+                             file=self.path, field=_row_field(self.key, row))
         return col if self.given else None
 
 
@@ -421,14 +428,27 @@ def _read_mooncake(path: Path, sel: Selection) -> pd.DataFrame:
 
 # --- values -------------------------------------------------------------------------------------
 
+def _row_field(name: str, row: object) -> str:
+    return f"{name} (row {row}, counted from 0)"
+
+
+def _bad_value(col: pd.Series, pos: int, path: Path, name: str, rule: str) -> TraceError:
+    """The error for ``col``'s value at position ``pos``: "missing" for an empty CSV cell or a
+    key a JSON line does not give, else the value and the ``rule`` it breaks."""
+    value = col.iloc[pos]
+    field = _row_field(name, col.index[pos])
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return TraceError("missing (an empty cell, NA or NaN, or a key this line does not give)",
+                          file=path, field=field)
+    return TraceError(rule, file=path, field=field, value=value, has_value=True)
+
+
 def _numeric(col: pd.Series, path: Path, name: str) -> pd.Series:
     values = pd.to_numeric(col, errors="coerce")
     bad = values.isna() | ~np.isfinite(values) | (values < 0)
     if bad.any():
         pos = int(np.flatnonzero(bad.to_numpy())[0])
-        raise TraceError("must be a non-negative number", file=path,
-                         field=f"{name} (row {col.index[pos]})", value=col.iloc[pos],
-                         has_value=True)
+        raise _bad_value(col, pos, path, name, "must be a non-negative number")
     return values.astype(float)
 
 
@@ -438,9 +458,8 @@ def _tokens(col: pd.Series, path: Path, name: str) -> np.ndarray:
            | (values != np.round(values)))
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
-        raise TraceError(f"must be an integer token count in [1, {MAX_TOKENS:_}]", file=path,
-                         field=f"{name} (row {col.index[pos]})", value=col.iloc[pos],
-                         has_value=True)
+        raise _bad_value(col, pos, path, name,
+                         f"must be an integer token count in [1, {MAX_TOKENS:_}]")
     return values.astype(np.int64)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -18,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from llmopt.data.traces import TraceWarning
 from llmopt.errors import OptionError
 from llmopt.plugins import load
 from llmopt.sweep import cell as cells
@@ -105,9 +107,11 @@ class SerialEngine:
         pass
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them."""
+def _worker_start() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them, and stay quiet about traces read
+    out of order: the parent has read every instance of the sweep and said so once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    warnings.simplefilter("ignore", TraceWarning)
 
 
 class LocalEngine:
@@ -129,7 +133,7 @@ class LocalEngine:
 
     def _new_pool(self, workers: int) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(workers, mp_context=self._context,
-                                   initializer=_ignore_sigint)
+                                   initializer=_worker_start)
 
     def map(self, todo: Sequence[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
         queue = deque(todo)
