@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from conftest import TOY
 from llmopt.cli import app
 from llmopt.data.instance import load_instance
 from llmopt.errors import LlmoptError, OptionError
@@ -213,10 +214,25 @@ def test_validate_and_bound_commands_report_bad_files(cli, tmp_path):
     result = cli("validate", good, bad_json)
     assert result.exit_code == 2 and "sol.json" in result.stderr and "JSON" in result.stderr
     (tmp_path / "partial.json").write_text('{"problem": "binpacking"}')
-    result = cli("validate", good, tmp_path / "partial.json")
-    assert result.exit_code == 2 and "missing required keys" in result.stderr
+    result = cli("validate", good, tmp_path / "partial.json")  # JSON, but no solution: invalid
+    assert result.exit_code == 1 and "missing required keys" in result.stdout
+    assert result.stdout.startswith("invalid: ")
     result = cli("bound", tmp_path / "nope.yaml")
     assert result.exit_code == 2 and "nope.yaml" in result.stderr
+
+
+def test_validate_says_invalid_when_the_schedule_file_changed(cli, tmp_path):
+    """A schedule Parquet edited after the solution was written is an invalid solution (exit
+    1, the reason given), not an unreadable input."""
+    inst = TOY / "quickstart.yaml"
+    assert cli("replay", inst, "--policy", "baseline", "--out", tmp_path,
+               "--no-plot").exit_code == 0
+    sol = next(tmp_path.rglob("replay-baseline.json"))
+    assert cli("validate", inst, sol).exit_code == 0
+    sidecar = sol.parent / "replay-baseline.schedule.parquet"
+    sidecar.write_bytes(sidecar.read_bytes() + b"\0")
+    result = cli("validate", inst, sol)
+    assert result.exit_code == 1 and "SHA-256 differs" in result.stdout
 
 
 def _one_line_error(result, *fragments):

@@ -59,13 +59,18 @@ def tamper(sol: dict, how: str) -> dict:
         first["pad_tokens"] += 1
     elif how == "objective":
         bad["objective"] -= 100.0
+    elif how == "kv_gib":
+        first["kv_gib"] /= 2
+    elif how == "max_batch":
+        first["max_batch"] += 1
     elif how == "merge":  # every request in one batch: over the memory limit of eqs 5-9
         ids = [i for b in bad["batches"] for i in b["requests"]]
         bad["batches"] = [dict(first, requests=ids, size=len(ids))]
     return bad
 
 
-@pytest.mark.parametrize("how", ["serve_ms", "missing", "pad", "objective"])
+@pytest.mark.parametrize("how", ["serve_ms", "missing", "pad", "objective", "kv_gib",
+                                 "max_batch"])
 def test_tampered_solutions_are_refused(how):
     inst = small_pool()
     sol = solution(inst, "dp")

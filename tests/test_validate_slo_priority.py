@@ -66,10 +66,18 @@ def tamper(sol: dict, how: str) -> dict:
         bad["requests"][0]["met"] = not bad["requests"][0]["met"]
     elif how == "objective":
         bad["objective"] *= 0.9
+    elif how in ("tpot_ms", "batch", "batch_size"):
+        row = next(r for r in bad["requests"] if r["tpot_ms"] is not None)
+        row[how] += 1
+    elif how == "g_per_s":
+        bad["g_per_s"] *= 1.01
+    elif how == "g_bound_per_s":
+        bad["g_bound_per_s"] *= 0.99
     return bad
 
 
-@pytest.mark.parametrize("how", ["swap-batches", "drop", "too-big", "met", "objective"])
+@pytest.mark.parametrize("how", ["swap-batches", "drop", "too-big", "met", "objective",
+                                 "tpot_ms", "batch", "batch_size", "g_per_s", "g_bound_per_s"])
 def test_tampered_solutions_are_refused(how):
     inst = random_instance(1)
     sol = solution(inst, "exhaustive")
@@ -90,6 +98,7 @@ def test_a_false_optimality_claim_is_refused():
     assert met and total / met > sol["objective"] * 1.01  # really worse
     worse = dict(sol, batches=[[x] for x in order], priority=order, n_met=met,
                  total_latency_ms=total, objective=total / met, bound=total / met, gap=0.0,
+                 g_per_s=1000 * met / total, g_bound_per_s=1000 * met / total,
                  requests=[{"id": x, **rows[index[x]]} for x in order])
     reasons = validate_solution(inst, worse)
     assert any("the optimum is" in r for r in reasons)

@@ -2,9 +2,10 @@
 the solvers: the batches must partition the requests; each batch's size, padded input length, pad
 tokens and serving time are recomputed from the instance and the profile's fields (eqs 1–4 summed
 iteration by iteration, not in the solver's closed form), and its memory by eqs 5–9 or
-Algorithm 2; the objective is their sum. One request per batch is a schedule of the validator's
-own (an upper bound on the optimum), and pools of up to ``EXACT_MAX_REQUESTS`` requests are
-solved exactly by the validator's own enumeration of set partitions.
+Algorithm 2 (whether it fits, its KV memory of eq 5 and its N_max); the objective is their
+sum. One request per batch is a schedule of the validator's own (an upper bound on the
+optimum), and pools of up to ``EXACT_MAX_REQUESTS`` requests are solved exactly by the
+validator's own enumeration of set partitions.
 """
 
 from __future__ import annotations
@@ -36,6 +37,26 @@ class SclsModel:
             cached = length + step
             total += dec.c1 * n * cached + dec.c2 * n + dec.c3 * cached + dec.c4
         return total
+
+    def kv_gib(self, n: int, length: int) -> float:
+        """Eq 5 over a slice: (L_i + S)·N·Δ bytes, pad and invalid tokens included, in GiB."""
+        return (length + self.s) * n * self.p.kv_bytes_per_token / GIB
+
+    def max_batch(self, length: int) -> int:
+        """N_max(L_i, S): eq 8 with ζ (eq 9), or the first rule of Algorithm 2 that applies;
+        at most ``max_size``."""
+        tokens = length + self.s
+        cap = 0
+        if self.p.memory_rule == "deepspeed":
+            for rule in sorted(self.p.deepspeed_rules, key=lambda r: -r.above_tokens):
+                if tokens > rule.above_tokens:
+                    cap = rule.max_batch
+                    break
+        else:
+            usable = self.p.zeta * (self.p.gpu_memory_gib - self.p.model_memory_gib
+                                    - self.p.engine_memory_gib) * GIB
+            cap = math.floor(usable / (self.p.kv_bytes_per_token * tokens))
+        return cap if self.max_size is None else min(cap, self.max_size)
 
     def fits(self, n: int, length: int) -> bool:
         """Not out of memory at (N, L_i, S): eq 5 within ζ·M_ava (eqs 6–9), or Algorithm 2;
@@ -111,6 +132,14 @@ def _check_batches(batches: Any, lengths: dict[str, int], model: SclsModel,
         if not is_number(given) or not math.isclose(given, serve, abs_tol=tolerance(serve)):
             reasons.append(f"batches[{k}].serve_ms is {given!r}, recomputed {serve:.6f} ms "
                            "(eqs 1-4)")
+        kv = model.kv_gib(n, length)
+        given = batch.get("kv_gib")
+        if not is_number(given) or not math.isclose(given, kv, abs_tol=1e-6):
+            reasons.append(f"batches[{k}].kv_gib is {given!r}, recomputed {kv:.6f} GiB (eq 5)")
+        cap = model.max_batch(length)
+        if batch.get("max_batch") != cap or not is_int(batch.get("max_batch")):
+            reasons.append(f"batches[{k}].max_batch is {batch.get('max_batch')!r}, recomputed "
+                           f"{cap} (eqs 8-9 / Algorithm 2, and max_size)")
         if not model.fits(n, length):
             reasons.append(f"batches[{k}]: {n} requests padded to {length} tokens do not fit "
                            "(eqs 5-9 / Algorithm 2, or max_size)")

@@ -3,7 +3,8 @@ independent of the solvers: the priority order and the batches are checked again
 requests and the batch-size limit; every request's prefill (eq 14) and decode time (eqs 15–16,
 summed token by token, not in the solver's closed form), its wait (eq 11: the longest request of
 each batch before its own), TTFT, TPOT and E2E are recomputed from the profile's fields, and so
-are which requests meet their SLOs, n, t = Σ E2E and the objective t / n (= 1000 / G ms, eq 2).
+are each request's batch and batch size, which requests meet their SLOs, n, t = Σ E2E, the
+objective t / n and G = 1000 · n / t requests/s (eq 2), and G's bound is 1000 / the bound.
 Serving the requests one per batch in the order given is a schedule of the validator's own (an
 upper bound on the optimal t / n); up to ``EXACT_MAX_REQUESTS`` requests the optimum is
 recomputed by enumerating every order and every split into batches.
@@ -47,7 +48,7 @@ class _Times:
         """(requests meeting their SLOs, Σ E2E in ms, per-request times) of ``batches``."""
         start, met, total = 0.0, 0, 0.0
         rows: list[dict[str, Any]] = [{} for _ in self.requests]
-        for batch in batches:
+        for position, batch in enumerate(batches):
             b = len(batch)
             for i in batch:
                 r = self.requests[i]
@@ -57,7 +58,8 @@ class _Times:
                 ok = all(value is None or target is None or value <= target + MET_TOLERANCE_MS
                          for value, target in ((ttft, r.ttft_slo_ms), (tpot, r.tpot_slo_ms),
                                                (e2e, r.e2e_slo_ms)))
-                rows[i] = {"ttft_ms": ttft, "e2e_ms": e2e, "met": ok, "wait_ms": start}
+                rows[i] = {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "met": ok,
+                           "wait_ms": start, "batch": position, "batch_size": b}
                 met += ok
                 total += e2e
             start += max(self.exec[i, b] for i in batch)
@@ -128,10 +130,12 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
         reasons.append(f"a batch holds more than max_batch = {max_batch} requests")
         return None
     met, total, rows = times.evaluate([[index[x] for x in b] for b in batches])
-    for key, value in (("n_met", met), ("total_latency_ms", total)):
+    for key, value in (("n_met", met), ("total_latency_ms", total),
+                       ("g_per_s", 1000.0 * met / total if total > 0 else 0.0)):
         given = sol.get(key)
         if not is_number(given) or not math.isclose(given, value, abs_tol=tolerance(value)):
-            reasons.append(f"{key} is {given!r}, recomputed {value:,.6f} (eqs 3, 6, 14-17)")
+            reasons.append(f"{key} is {given!r}, recomputed {value:,.6f} (eqs 2, 3, 6, 14-17)")
+    _check_bound_in_g(sol, reasons)
     listed = sol.get("requests")
     if isinstance(listed, list):
         for row in listed:
@@ -140,13 +144,30 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
             if i is None:
                 reasons.append(f"requests: an entry without a known id ({row!r:.60})")
                 continue
-            for key in ("ttft_ms", "e2e_ms", "wait_ms"):
+            for key in ("ttft_ms", "tpot_ms", "e2e_ms", "wait_ms"):
                 value = rows[i][key]
-                if not is_number(row.get(key)) or not math.isclose(row[key], value,
-                                                                   abs_tol=tolerance(value)):
+                if value is None:
+                    if row.get(key) is not None:
+                        reasons.append(f"requests {row['id']}: {key} is {row.get(key)!r}, "
+                                       "recomputed none (a single output token)")
+                elif not is_number(row.get(key)) or not math.isclose(
+                        row[key], value, abs_tol=tolerance(value)):
                     reasons.append(f"requests {row['id']}: {key} is {row.get(key)!r}, "
                                    f"recomputed {value:,.6f}")
-            if row.get("met") is not rows[i]["met"]:
-                reasons.append(f"requests {row['id']}: met is {row.get('met')!r}, recomputed "
-                               f"{rows[i]['met']}")
+            for key in ("met", "batch", "batch_size"):
+                if row.get(key) != rows[i][key] or type(row.get(key)) is not type(rows[i][key]):
+                    reasons.append(f"requests {row['id']}: {key} is {row.get(key)!r}, "
+                                   f"recomputed {rows[i][key]!r}")
     return _objective(met, total) if met else None
+
+
+def _check_bound_in_g(sol: dict[str, Any], reasons: list[str]) -> None:
+    """``g_bound_per_s`` is the file's bound on t / n, as requests/s: 1000 / bound."""
+    bound, given = sol.get("bound"), sol.get("g_bound_per_s")
+    if not is_number(bound) or bound <= 0:
+        return
+    value = 1000.0 / bound
+    if not is_number(given) or not math.isclose(given, value, rel_tol=1e-9,
+                                                abs_tol=tolerance(value)):
+        reasons.append(f"g_bound_per_s is {given!r}, but the bound on t / n, "
+                       f"{bound:,.6f} ms, gives {value:,.9f} requests/s")
