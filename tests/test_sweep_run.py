@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from conftest import GENERATED_SWEEP, TOY
+from llmopt.report.sweep_plot import default_axes
 from llmopt.sweep import cell as cells
 from llmopt.sweep.engines import WORKER_DIED, LocalEngine
 from llmopt.sweep.runner import SweepInterrupted, run_sweep
@@ -239,6 +240,9 @@ def test_search_says_when_the_ends_contradict_monotonicity(tmp_path):
     assert answer["note"].startswith("not monotone") and answer["probes"] == 2
     assert int(answer["largest_count"]) == 60 and int(answer["first_failing_count"]) == 10
     assert answer["makespan_ms_at_first_failing"] == pytest.approx(by_count[10])
+    again = run_sweep(load_sweep(tmp_path / "search.yaml"), tmp_path / "search",
+                      engine="serial")
+    assert (again.ran, again.skipped) == (0, 2)  # the probes are found, and said to be
 
 
 def test_cli_run_rerun_dry_run_and_plot(tmp_path, cli):
@@ -311,3 +315,26 @@ def test_sweep_manifest_names_the_file(tmp_path):
     run_sweep(load_sweep(path), tmp_path / "out", engine="serial")
     manifest = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert manifest["file"] == str(path) and manifest["sweep"] == "sweep"
+
+
+def test_the_cells_own_columns_are_there_when_empty(tmp_path):
+    """Nothing failed and nothing was validated: ``error`` and ``valid`` are still columns (all
+    empty), as the guide lists them, so that ``table["error"]`` needs no test first."""
+    table = run_sweep(load_sweep(write(tmp_path, f"""
+        instances: [{TOY / 'quickstart.yaml'}]
+        grid: {{policy: [baseline]}}
+        validate: false
+        """)), tmp_path / "out", engine="serial").table
+    assert {"error", "valid", "invalid_reason", "cell_status"} <= set(table.columns)
+    assert table["error"].isna().all() and table["valid"].isna().all()
+    saved = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert "error" in saved.columns and "valid" in saved.columns
+
+
+def test_the_default_plot_takes_the_first_varying_numeric_parameter_seeds_aside():
+    from_slo_sweep = pd.DataFrame({"policy": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1],
+                                   "slo_scale": [0.5, 2.0, 0.5, 2.0],
+                                   "ttft_p99_ms": [1.0, 2.0, 3.0, 4.0],
+                                   "cell_status": ["ok"] * 4})
+    assert default_axes(from_slo_sweep) == ("slo_scale", "ttft_p99_ms", "policy")
+    assert default_axes(from_slo_sweep.drop(columns="slo_scale"))[0] is None  # a box per policy

@@ -111,10 +111,18 @@ def test_instance_errors_name_the_sweep_and_the_instance(tmp_path):
     assert "nowhere.yaml" in str(caught.value) and "not found" in str(caught.value)
 
 
-def test_several_instances_need_an_instance_per_cell(tmp_path):
+def test_several_instances_are_an_axis_of_their_own(tmp_path):
+    """A cell naming no instance runs on each (as the guide says); one naming it, on it."""
     head = f"instances: [{TOY / 'quickstart.yaml'}, {TOY / 'two-clients.yaml'}]\n"
-    with pytest.raises(SweepError, match="several instances"):
-        load_sweep(sweep_file(tmp_path, "cells: [{policy: baseline}]\n", head=head))
-    sweep = load_sweep(sweep_file(tmp_path, "grid: {instance: [quickstart, two-clients], "
-                                  "policy: [baseline]}\n", head=head))
-    assert {c.params["instance"] for c in sweep.cells} == {"quickstart", "two-clients"}
+    cells = load_sweep(sweep_file(tmp_path, "cells: [{policy: baseline}, {policy: hybrid, "
+                                  "instance: two-clients}]\n", head=head)).cells
+    assert [(c.params["policy"], c.params["instance"]) for c in cells] == [
+        ("baseline", "quickstart"), ("baseline", "two-clients"), ("hybrid", "two-clients")]
+    for grid in ("{policy: [baseline]}", "{instance: [quickstart, two-clients], "
+                                         "policy: [baseline]}"):
+        sweep = load_sweep(sweep_file(tmp_path, f"grid: {grid}\n", head=head))
+        assert sorted(c.params["instance"] for c in sweep.cells) == ["quickstart",
+                                                                     "two-clients"]
+    with pytest.raises(SweepError, match="instance"):
+        load_sweep(sweep_file(tmp_path, "cells: [{policy: baseline, instance: nope}]\n",
+                              head=head))

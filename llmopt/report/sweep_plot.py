@@ -17,11 +17,12 @@ from matplotlib.axes import Axes
 from llmopt.errors import OptionError
 
 NUMERIC_X = ("rate_scale", "rate_per_s", "count", "clients", "replicas", "kv_capacity",
-             "max_batch_tokens", "max_prefill_tokens", "time_limit_s", "bins")
+             "max_batch_tokens", "max_prefill_tokens", "time_limit_s", "bins", "slo_scale")
 DEFAULT_Y = ("ttft_p99_ms", "gap_to_bound", "makespan_ms", "gap", "objective")
 LABELS = {"rate_scale": "arrival-rate scale (×)", "rate_per_s": "arrival rate (requests/s)",
           "ttft_p99_ms": "TTFT p99 (ms)", "makespan_ms": "total inference time (ms)",
-          "gap_to_bound": "gap to the best lower bound", "gap": "solver gap"}
+          "gap_to_bound": "gap to the best lower bound", "gap": "solver gap",
+          "slo_scale": "SLO targets scaled by (×)"}
 
 
 def check_columns(frame: pd.DataFrame, **chosen: str | None) -> None:

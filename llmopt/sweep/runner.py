@@ -43,7 +43,7 @@ class SweepReport:
     table: pd.DataFrame
     search: pd.DataFrame | None
     ran: int                   # cells run now
-    skipped: int               # cells found finished in the folder
+    skipped: int               # cells and probes found finished in the folder
     failed: int                # failed cells in the table
     written: list[Path] = field(default_factory=list)
     interrupted: bool = False
@@ -58,6 +58,7 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
     runner = open_engine(engine, workers, address)
     store.open()
     finished = store.finished()
+    before = {key for key, record in finished.items() if record["row"].get("cell_status") == "ok"}
     todo = [c for c in sweep.cells if not _finished_ok(finished, c)]
     skipped = len(sweep.cells) - len(todo)
     counts = {"ran": 0, "failed": 0}
@@ -84,7 +85,8 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
     written = store.write_table(table, "results")
     if search_table is not None:
         written += store.write_table(search_table, "search")
-    report = SweepReport(table, search_table, counts["ran"], skipped,
+    reused = sum(1 for key in probes_used if key in before)
+    report = SweepReport(table, search_table, counts["ran"], skipped + reused,
                          int((table["cell_status"] == "failed").sum()), written, interrupted,
                          time.perf_counter() - t0)
     if interrupted:

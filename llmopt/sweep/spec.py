@@ -228,13 +228,11 @@ def load_sweep(path: str | Path) -> Sweep:
         raise SweepError(SAFE_NAME_RULE, file=path, field="name", value=name)
     sources = _sources(doc, path)
     raw = _cell_params(doc, path)
-    many = len(sources) > 1
+    # a cell naming no instance runs on each of them, in place (instance: the last grid axis)
+    raw = [(where, {**params, "instance": name}) if "instance" not in params else (where, params)
+           for where, params in raw
+           for name in (sources if "instance" not in params else [params["instance"]])]
     for where, params in raw:
-        if "instance" not in params:
-            if many:
-                raise SweepError("several instances: give instance, or put it in the grid",
-                                 file=path, field=where)
-            params["instance"] = next(iter(sources))
         _check_cell(params, sources, path, where)
     metrics = _check_metrics(doc, path)
     search_groups: list[dict[str, Any]] = []

@@ -87,7 +87,9 @@ class Store:
 
     def table(self, records: list[dict[str, Any]]) -> pd.DataFrame:
         """One row per cell: the sweep's parameter columns, its metrics, then the cell's
-        status, validity, runtime and key."""
+        status, validity, runtime and key. A metric no cell has is left out; the cell's own
+        columns (``ROW_COLUMNS``) are always there, empty when nothing failed or nothing was
+        checked, so that code reading them need not test for them."""
         sweep = self.sweep
         rows = []
         for record in records:
@@ -98,7 +100,7 @@ class Store:
                          **{c: row.get(c) for c in ROW_COLUMNS}})
         columns = [*sweep.columns, "probe", *sweep.metrics, *ROW_COLUMNS]
         frame = pd.DataFrame(rows, columns=columns)
-        keep = [c for c in columns if c in sweep.columns or c == "cell_status"
+        keep = [c for c in columns if c in sweep.columns or c in ROW_COLUMNS
                 or (c == "probe" and sweep.search is not None)
                 or (c != "probe" and frame[c].notna().any())]
         frame = frame[keep]
