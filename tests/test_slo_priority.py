@@ -279,7 +279,7 @@ def test_toy_three_solvers() -> None:
 
 def test_bad_max_batch_and_missing_slo() -> None:
     inst = make(random_requests(3, 0), 2)
-    with pytest.raises(OptionError, match=r"max-batch.*value 0"):
+    with pytest.raises(OptionError, match=r"option max_batch.*value 0"):
         api_solve(inst, problem="slo-priority", solver="sa", max_batch=0)
     no_slo = make([{"id": "x", "input_tokens": 10, "output_tokens": 5}], 1)
     with pytest.raises(InstanceError, match=r"requests\[0\] \(id x\).*no SLO target"):

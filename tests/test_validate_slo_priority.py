@@ -12,12 +12,13 @@ import pytest
 
 from conftest import TOY
 from llmopt.data.instance import instance_from_mapping, load_instance
+from llmopt.errors import InstanceError
 from llmopt.problems.api import solve
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.slo_priority import _Times
 
 
-def random_instance(seed: int, n: int = 5, max_batch: int = 2):
+def random_instance(seed: int, n: int = 5, max_batch: int = 2, instances: int = 1):
     rng = np.random.default_rng(seed)
     requests = []
     for k in range(n):
@@ -27,7 +28,7 @@ def random_instance(seed: int, n: int = 5, max_batch: int = 2):
                          "slo_class": "chat" if chat else "code"})
     return instance_from_mapping({
         "name": f"huang-{seed}", "model": "huang-qwen25-7b-v100x2",
-        "system": {"clients": max_batch}, "requests": requests,
+        "system": {"clients": max_batch, "instances": instances}, "requests": requests,
         "slo": {"classes": [{"name": "chat", "share": 0.5, "ttft_ms": 3000, "tpot_ms": 20},
                             {"name": "code", "share": 0.5, "e2e_ms": 12000}]}})
 
@@ -73,11 +74,20 @@ def tamper(sol: dict, how: str) -> dict:
         bad["g_per_s"] *= 1.01
     elif how == "g_bound_per_s":
         bad["g_bound_per_s"] *= 0.99
+    elif how == "rows-dropped":
+        bad["requests"] = bad["requests"][:2]
+    elif how == "no-rows":
+        del bad["requests"]
+    elif how == "slo_class":
+        bad["requests"][0]["slo_class"] = "nope"
+    elif how == "unmeetable":
+        bad["unmeetable"] = [bad["requests"][0]["id"]]
     return bad
 
 
 @pytest.mark.parametrize("how", ["swap-batches", "drop", "too-big", "met", "objective",
-                                 "tpot_ms", "batch", "batch_size", "g_per_s", "g_bound_per_s"])
+                                 "tpot_ms", "batch", "batch_size", "g_per_s", "g_bound_per_s",
+                                 "rows-dropped", "no-rows", "slo_class", "unmeetable"])
 def test_tampered_solutions_are_refused(how):
     inst = random_instance(1)
     sol = solution(inst, "exhaustive")
@@ -103,3 +113,26 @@ def test_a_false_optimality_claim_is_refused():
     reasons = validate_solution(inst, worse)
     assert any("the optimum is" in r for r in reasons)
     assert not any("recomputed" in r for r in reasons)  # the data themselves are consistent
+
+
+def test_the_batch_limit_is_the_instances():
+    """A plan for larger batches than system.clients cannot run on the instance; one for
+    smaller batches is a plan, but not the instance's optimum; and the problem is for one model
+    instance."""
+    inst = random_instance(1, max_batch=2)
+    wide = json.loads(json.dumps(solve(inst, "slo-priority", "sa", 20,
+                                       max_batch=4).to_dict(inst)))
+    assert any("above the instance's system.clients = 2" in r
+               for r in validate_solution(inst, wide))
+    narrow = json.loads(json.dumps(solve(inst, "slo-priority", "exhaustive", 20,
+                                         max_batch=1).to_dict(inst)))
+    assert narrow["status"] == "optimal"
+    assert any("not for the instance's system.clients = 2" in r
+               for r in validate_solution(inst, narrow))
+    assert validate_solution(inst, dict(narrow, status="feasible", bound=None, gap=None,
+                                        g_bound_per_s=None)) == []
+    with pytest.raises(InstanceError, match=r"system\.instances: value 2"):
+        solve(random_instance(1, instances=2), "slo-priority", "sa", 20)
+    planned = json.loads(json.dumps(solve(inst, "slo-priority", "sa", 20).to_dict(inst)))
+    assert any("for one model instance" in r
+               for r in validate_solution(random_instance(1, instances=2), planned))

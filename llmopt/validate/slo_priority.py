@@ -5,6 +5,10 @@ summed token by token, not in the solver's closed form), its wait (eq 11: the lo
 each batch before its own), TTFT, TPOT and E2E are recomputed from the profile's fields, and so
 are each request's batch and batch size, which requests meet their SLOs, n, t = Σ E2E, the
 objective t / n and G = 1000 · n / t requests/s (eq 2), and G's bound is 1000 / the bound.
+The batch limit is the instance's ``system.clients`` on one model instance (a file planned for
+more requests a batch is invalid; one planned for fewer cannot claim the instance's optimum),
+``requests`` lists every request once with its class, and ``unmeetable`` is recomputed (the
+requests that miss their SLO even alone at time 0, in any batch size allowed).
 Serving the requests one per batch in the order given is a schedule of the validator's own (an
 upper bound on the optimal t / n); up to ``EXACT_MAX_REQUESTS`` requests the optimum is
 recomputed by enumerating every order and every split into batches.
@@ -44,6 +48,10 @@ class _Times:
                 self.prefill[i, b] = pre
                 self.exec[i, b] = pre + dec
 
+    def meets_alone(self, i: int, b: int) -> bool:
+        """Whether request i meets its targets started at time 0 in a batch of size b."""
+        return _meets(self.requests[i], self.prefill[i, b], self.exec[i, b])[1]
+
     def evaluate(self, batches: list[list[int]]) -> tuple[int, float, list[dict[str, Any]]]:
         """(requests meeting their SLOs, Σ E2E in ms, per-request times) of ``batches``."""
         start, met, total = 0.0, 0, 0.0
@@ -54,16 +62,21 @@ class _Times:
                 r = self.requests[i]
                 ttft = start + self.prefill[i, b]
                 e2e = start + self.exec[i, b]
-                tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
-                ok = all(value is None or target is None or value <= target + MET_TOLERANCE_MS
-                         for value, target in ((ttft, r.ttft_slo_ms), (tpot, r.tpot_slo_ms),
-                                               (e2e, r.e2e_slo_ms)))
+                tpot, ok = _meets(r, ttft, e2e)
                 rows[i] = {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "met": ok,
                            "wait_ms": start, "batch": position, "batch_size": b}
                 met += ok
                 total += e2e
             start += max(self.exec[i, b] for i in batch)
         return met, total, rows
+
+
+def _meets(r: Any, ttft: float, e2e: float) -> tuple[float | None, bool]:
+    """(TPOT, whether every target of request ``r`` holds) for these TTFT and E2E."""
+    tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
+    return tpot, all(value is None or target is None or value <= target + MET_TOLERANCE_MS
+                     for value, target in ((ttft, r.ttft_slo_ms), (tpot, r.tpot_slo_ms),
+                                           (e2e, r.e2e_slo_ms)))
 
 
 def _objective(met: int, total: float) -> float:
@@ -80,6 +93,16 @@ def check_slo_priority(instance: Instance, sol: dict[str, Any], verdict: Verdict
     if not is_int(max_batch) or max_batch < 1:
         reasons.append(f"max_batch {max_batch!r} is not an integer >= 1")
         return ev
+    clients = instance.system.clients
+    if instance.system.instances != 1:
+        reasons.append(f"a priority plan is for one model instance; the instance has "
+                       f"{instance.system.instances} (system.instances)")
+    if max_batch > clients:
+        reasons.append(f"max_batch {max_batch} is above the instance's system.clients = "
+                       f"{clients}: its batches cannot run there")
+    elif max_batch < clients and sol.get("status") == "optimal":
+        reasons.append(f"optimal for batches of at most {max_batch}, not for the instance's "
+                       f"system.clients = {clients}")
     times = _Times(instance, max_batch)
     n = instance.num_requests
     met, total, _ = times.evaluate([[i] for i in range(n)])
@@ -130,6 +153,11 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
         reasons.append(f"a batch holds more than max_batch = {max_batch} requests")
         return None
     met, total, rows = times.evaluate([[index[x] for x in b] for b in batches])
+    unmeetable = [r.id for i, r in enumerate(instance.requests)
+                  if not any(times.meets_alone(i, b) for b in range(1, max_batch + 1))]
+    if sol.get("unmeetable") != unmeetable:
+        reasons.append(f"unmeetable is {sol.get('unmeetable')!r:.80}, recomputed "
+                       f"{unmeetable!r:.80} (missing their SLO even alone at time 0)")
     for key, value in (("n_met", met), ("total_latency_ms", total),
                        ("g_per_s", 1000.0 * met / total if total > 0 else 0.0)):
         given = sol.get(key)
@@ -137,6 +165,10 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
             reasons.append(f"{key} is {given!r}, recomputed {value:,.6f} (eqs 2, 3, 6, 14-17)")
     _check_bound_in_g(sol, reasons)
     listed = sol.get("requests")
+    ids = [row.get("id") if isinstance(row, dict) else None for row in listed] \
+        if isinstance(listed, list) else None
+    if ids is None or sorted(map(str, ids)) != sorted(index):
+        reasons.append("requests must list every request once, by id")
     if isinstance(listed, list):
         for row in listed:
             rid = row.get("id") if isinstance(row, dict) else None
@@ -154,6 +186,9 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
                         row[key], value, abs_tol=tolerance(value)):
                     reasons.append(f"requests {row['id']}: {key} is {row.get(key)!r}, "
                                    f"recomputed {value:,.6f}")
+            if row.get("slo_class") != instance.requests[i].slo_class:
+                reasons.append(f"requests {row['id']}: slo_class is {row.get('slo_class')!r}, "
+                               f"the instance's {instance.requests[i].slo_class!r}")
             for key in ("met", "batch", "batch_size"):
                 if row.get(key) != rows[i][key] or type(row.get(key)) is not type(rows[i][key]):
                     reasons.append(f"requests {row['id']}: {key} is {row.get(key)!r}, "

@@ -87,7 +87,7 @@ class SloPriorityData:
             max_batch = instance.system.clients
             where = "system.clients"
         else:
-            where = "--max-batch"
+            where = "option max_batch"
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise OptionError("the maximum batch size must be an integer of at least 1",
                               file=file if where == "system.clients" else None, field=where,

@@ -22,7 +22,7 @@ from typing import Any
 
 from llmopt.backends.cpsat import version as cpsat_version
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError
+from llmopt.errors import InstanceError, OptionError
 from llmopt.problems.slo_priority import exhaustive, sa
 from llmopt.problems.slo_priority.exact import (
     max_met_bound,
@@ -71,12 +71,12 @@ def _sa_options(options: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 \
                     or (key == "tau" and value >= 1):
                 raise OptionError("must be positive" + (" and below 1" if key == "tau" else ""),
-                                  field=f"--{key.replace('_', '-')}", value=value)
+                                  field=f"option {key}", value=value)
             out[key] = float(value)
     if "acceptance" in options:
         if options["acceptance"] not in sa.ACCEPTANCE:
             raise OptionError(f"must be one of {', '.join(sa.ACCEPTANCE)}",
-                              field="--acceptance", value=options["acceptance"])
+                              field="option acceptance", value=options["acceptance"])
         out["acceptance"] = options["acceptance"]
     return out
 
@@ -92,6 +92,11 @@ def simple_bound(data: SloPriorityData) -> float:
 def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
           progress: Progress = SILENT, **options: Any) -> Result:
     t_start = time.perf_counter()
+    if instance.system.instances != 1:
+        raise InstanceError("slo-priority plans one model instance (Algorithm 2's planning "
+                            "for several: llmopt.problems.slo_priority.cluster.plan_cluster)",
+                            file=instance.label(), field="system.instances",
+                            value=instance.system.instances)
     data = SloPriorityData.from_instance(instance, options.get("max_batch"))
     for w in data.warnings:
         warnings.warn(w, stacklevel=2)
@@ -99,10 +104,10 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     workers = options.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
-        raise OptionError("must be a positive integer", field="--workers", value=workers)
+        raise OptionError("must be a positive integer", field="option workers", value=workers)
     method = options.get("method", "parametric")
     if method not in ("parametric", "dinkelbach"):
-        raise OptionError("must be parametric or dinkelbach", field="--method", value=method)
+        raise OptionError("must be parametric or dinkelbach", field="option method", value=method)
     formulation = options.get("formulation", "intervals")
     if formulation not in ("intervals", "slots"):
         raise OptionError("must be intervals or slots", field="--formulation",
