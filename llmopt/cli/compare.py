@@ -35,6 +35,7 @@ from llmopt.policies.slice.replay import (
 from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
 from llmopt.report import plot as plots
 from llmopt.report.compare import compare as run_compare
+from llmopt.report.priority_compare import compare_priority, plot_priority
 from llmopt.report.slo_plot import slo_cdf_figure
 
 
@@ -61,9 +62,12 @@ def compare(
     if inst.profile.family == "scls" or any(is_slice_policy(name) for name in names):
         compare_slices(inst, names, out_dir)
         return
+    limit = time_limit or inst.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
+    if inst.profile.family == "bilinear":
+        compare_priority_plans(inst, names, out_dir, limit, optimize, verbose)
+        return
     shown = progress(verbose)
-    comp = run_compare(inst, names, time_limit or inst.solve.time_limit_s or DEFAULT_TIME_LIMIT_S,
-                       shown, optimize=optimize)
+    comp = run_compare(inst, names, limit, shown, optimize=optimize)
     shown.done()
     folder = out_path(out_dir, inst.name)
     md = comp.markdown()
@@ -80,6 +84,28 @@ def compare(
         names.append("slo-cdf.png")
     out.print(md)
     for name in names:
+        out.print(f"wrote {folder / name}")
+
+
+def compare_priority_plans(inst: Instance, names: list[str], out_dir: Path, limit: float,
+                           optimize: bool, verbose: bool) -> None:
+    """A bilinear instance: each policy's G (eq 2) beside the best priority plan and the
+    proven upper bound on G (``llmopt.report.priority_compare``)."""
+    shown = progress(verbose)
+    comp = compare_priority(inst, names, limit, shown, optimize=optimize)
+    shown.done()
+    folder = out_path(out_dir, inst.name)
+    md = comp.markdown()
+    write_atomic(folder / "compare.md", f"# {inst.name}: schedules compared by G\n\n{md}")
+    write_atomic(folder / "compare.csv", comp.table.to_csv(index=False))
+    plots.save(plot_priority(comp, title=f"{inst.name}: G by schedule"),
+               folder / "compare.png")
+    written = ["compare.md", "compare.csv", "compare.png"]
+    if inst.has_slos:
+        plots.save(slo_cdf_figure(inst, comp.schedules), folder / "slo-cdf.png")
+        written.append("slo-cdf.png")
+    out.print(md)
+    for name in written:
         out.print(f"wrote {folder / name}")
 
 

@@ -54,7 +54,8 @@ def solve(
     verbose: VerboseOpt = False,
 ) -> None:
     """Solve a problem on an instance; write the solution JSON (its schedule, if any, in a
-    Parquet file beside it) and a PNG under OUT/<instance name>/<problem>-<solver>.*"""
+    Parquet file beside it) and, when there is a schedule or an assignment to draw, a PNG under
+    OUT/<instance name>/<problem>-<solver>.*"""
     check_number(time_limit, "--time-limit", zero_ok=True)
     check_number(bins, "--bins")
     check_out_dir(out_dir)
