@@ -220,3 +220,16 @@ def test_replay_refuses_a_policy_of_another_profile_family(cli, tmp_path, instan
     assert result.exit_code == 2
     assert f"policy {policy} runs on profiles of family" in result.stderr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_list_gives_what_is_asked_in_either_form(cli):
+    traces = cli("list", "traces", "--markdown")
+    assert traces.exit_code == 0
+    assert traces.output.startswith("| trace format |") and "| problem |" not in traces.output
+    profiles = cli("list", "profiles", "--markdown").output
+    for path in sorted((ROOT / "models").glob("*.yaml")):
+        line = next(x for x in profiles.splitlines() if f"`{path.stem}`" in x)
+        assert f"| {path.read_text().split('family:')[1].split()[0]} |" in line
+    assert "| `scls-llama2-13b-a100` | scls | — | scls-batching |" in profiles
+    plain = cli("list", "routers").output
+    assert "routers" in plain and "problems" not in plain

@@ -137,6 +137,11 @@ def test_bad_arrival_rates_are_refused(arrival: dict) -> None:
         instance_from_mapping(mapping(gen(**arrival)))
 
 
+def test_a_generators_arrivals_take_its_own_seed() -> None:
+    with pytest.raises(InstanceError, match=r"requests\.generate\.arrival\.seed: value 5"):
+        instance_from_mapping(mapping(gen(process="poisson", rate_per_s=20, seed=5)))
+
+
 def test_poisson_and_gamma_have_their_rate_and_burstiness() -> None:
     rng = np.random.default_rng(0)
     n = 20000

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from llmopt.cli.common import command, out
-from llmopt.data.cost import available_profiles
+from llmopt.data.cost import available_profiles, load_profile
 from llmopt.data.traces import TRACE_FORMATS
 from llmopt.errors import OptionError
 from llmopt.policies.registry import POLICIES, ROUTERS
@@ -25,8 +25,8 @@ def list_(
     what: Annotated[str | None, typer.Argument(
         help=f"One of: {', '.join(WHAT)} (default: all).", show_default=False)] = None,
     markdown: Annotated[bool, typer.Option(
-        "--markdown", help="Problems, policies, routers and trace formats as the markdown of "
-        "the docs.")
+        "--markdown", help="As markdown tables (without WHAT: problems, policies, routers and "
+        "trace formats, the text of the docs).")
     ] = False,
 ) -> None:
     """List the problems, policies, routers, trace formats, cost profiles and example
@@ -34,66 +34,63 @@ def list_(
     if what is not None and what not in WHAT:
         raise OptionError(f"must be one of {', '.join(WHAT)}", field="WHAT", value=what)
     if markdown:
-        sys.stdout.write(registry_markdown())
+        sys.stdout.write(registry_markdown(what))
         return
     for table in tables(what):
         out.print(table)
 
 
-def registry_markdown() -> str:
-    """The registries as markdown tables (the docs carry this text)."""
-    lines = ["| problem | profile family | paper | equations | solvers | what |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| `{p.name}` | {p.family} | {p.paper} | {p.equations} | "
-              f"{', '.join(p.solvers)} | {p.summary} |" for p in PROBLEMS.values()]
-    lines += ["", "| policy | profile family | paper | where | what |", "|---|---|---|---|---|"]
-    lines += [f"| `{p.name}` | {p.family} | {p.paper} | {p.where} | {p.summary} |"
-              for p in POLICIES.values()]
-    lines += ["", "| router | what |", "|---|---|"]
-    lines += [f"| `{r.name}` | {r.summary} |" for r in ROUTERS.values()]
-    lines += ["", "| trace format | source | columns |", "|---|---|---|"]
-    lines += [f"| `{t.name}` | {t.source} | {t.columns} |" for t in TRACE_FORMATS.values()]
+def rows(what: str) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of one listing (``what`` in WHAT)."""
+    if what == "problems":
+        return (["problem", "profile family", "paper", "equations", "solvers", "what"],
+                [[f"`{p.name}`", p.family, p.paper, p.equations, ", ".join(p.solvers),
+                  p.summary] for p in PROBLEMS.values()])
+    if what == "policies":
+        return (["policy", "profile family", "paper", "where", "what"],
+                [[f"`{p.name}`", p.family, p.paper, p.where, p.summary]
+                 for p in POLICIES.values()])
+    if what == "routers":
+        return ["router", "what"], [[f"`{r.name}`", r.summary] for r in ROUTERS.values()]
+    if what == "traces":
+        return (["trace format", "source", "columns"],
+                [[f"`{t.name}`", t.source, t.columns] for t in TRACE_FORMATS.values()])
+    if what == "profiles":
+        found = []
+        for name in available_profiles():
+            family = load_profile(name).family
+            info = FAMILIES.get(family)
+            problems = ", ".join(p.name for p in PROBLEMS.values() if p.family == family)
+            found.append([f"`{name}`", family, info.summary if info else "—", problems or "—"])
+        return ["profile", "family", "bounds of its family (llmopt bound)", "problems"], found
+    folder = files("llmopt.data") / "examples"
+    return (["example instance (package data)"],
+            [[str(path)] for path in sorted(folder.iterdir(), key=lambda p: p.name)
+             if path.name.endswith(".yaml")])
+
+
+def registry_markdown(what: str | None = None) -> str:
+    """One listing as a markdown table; without ``what``, the registries' four (the docs
+    carry this text)."""
+    chosen = [what] if what else ["problems", "policies", "routers", "traces"]
+    lines: list[str] = []
+    for name in chosen:
+        header, body = rows(name)
+        if lines:
+            lines.append("")
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
 def tables(what: str | None = None) -> list[Table]:
-    chosen = [what] if what else list(WHAT)
     made = []
-    for name in chosen:
+    for name in [what] if what else list(WHAT):
         table = Table(title=name, title_justify="left", show_edge=False, header_style="bold")
-        if name == "problems":
-            for col in ("problem", "profile family", "paper", "equations", "solvers", "what"):
-                table.add_column(col)
-            for p in PROBLEMS.values():
-                table.add_row(p.name, p.family, p.paper, p.equations, ", ".join(p.solvers),
-                              p.summary)
-        elif name == "policies":
-            for col in ("policy", "profile family", "paper", "where", "what"):
-                table.add_column(col)
-            for pol in POLICIES.values():
-                table.add_row(pol.name, pol.family, pol.paper, pol.where, pol.summary)
-        elif name == "routers":
-            for col in ("router", "what"):
-                table.add_column(col)
-            for r in ROUTERS.values():
-                table.add_row(r.name, r.summary)
-        elif name == "traces":
-            for col in ("trace format", "source", "columns"):
-                table.add_column(col)
-            for t in TRACE_FORMATS.values():
-                table.add_row(t.name, t.source, t.columns)
-        elif name == "profiles":
-            for col in ("profile", "bounds of its family", "exact problem"):
-                table.add_column(col)
-            for profile in available_profiles():
-                table.add_row(profile, "", "")
-            for family in FAMILIES.values():
-                table.add_row(f"(family {family.family})", family.summary, family.exact)
-        else:
-            table.add_column("example instance (package data)")
-            folder = files("llmopt.data") / "examples"
-            for path in sorted(folder.iterdir(), key=lambda p: p.name):
-                if path.name.endswith(".yaml"):
-                    table.add_row(str(path))
+        header, body = rows(name)
+        for col in header:
+            table.add_column(col)
+        for row in body:
+            table.add_row(*(cell.strip("`") for cell in row))
         made.append(table)
     return made

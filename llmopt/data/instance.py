@@ -380,6 +380,10 @@ def generate_requests(spec: GeneratorSpec, *, file: Path | None = None) -> list[
         raise InstanceError("give exactly one of count and duration_s", file=file,
                             field="requests.generate.count")
     _require_rate(spec.arrival, file, "requests.generate.arrival")
+    if spec.arrival.seed is not None:
+        raise InstanceError("a generator's arrivals are drawn with its own seed: set "
+                            "requests.generate.seed", file=file,
+                            field="requests.generate.arrival.seed", value=spec.arrival.seed)
     count = spec.count
     if spec.duration_s is not None:
         if not spec.arrival.needs_rate():
