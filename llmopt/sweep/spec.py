@@ -435,8 +435,9 @@ def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
         value = getattr(search, bound_name)
         try:
             probe_value(search.parameter, value)
-        except LlmoptError:
-            raise SweepError(f"out of the range of {search.parameter}", file=path,
+        except LlmoptError as exc:
+            why = str(exc).rsplit(": ", 1)[-1]   # the range's own words, e.g. greater than 0
+            raise SweepError(f"out of the range of {search.parameter} ({why})", file=path,
                              field=f"search.{bound_name}", value=value) from None
 
 
