@@ -126,3 +126,10 @@ def test_several_instances_are_an_axis_of_their_own(tmp_path):
     with pytest.raises(SweepError, match="instance"):
         load_sweep(sweep_file(tmp_path, "cells: [{policy: baseline, instance: nope}]\n",
                               head=head))
+
+
+def test_a_search_range_outside_the_parameters_says_which_range(tmp_path):
+    with pytest.raises(SweepError, match=r"search\.low: value 0\.0: .*greater than 0"):
+        load_sweep(sweep_file(tmp_path, "grid: {policy: [baseline]}\nsearch: {parameter: "
+                              "rate_per_s, low: 0, high: 10, metric: makespan_ms, "
+                              "at_most: 100}\n"))
