@@ -20,7 +20,7 @@ from conftest import GENERATED_SWEEP, TOY
 from llmopt.report.sweep_plot import default_axes
 from llmopt.sweep import cell as cells
 from llmopt.sweep.engines import WORKER_DIED, LocalEngine
-from llmopt.sweep.runner import SweepInterrupted, run_sweep
+from llmopt.sweep.runner import SweepInterrupted, estimate, run_sweep
 from llmopt.sweep.search import meets
 from llmopt.sweep.spec import load_sweep
 from llmopt.validate import check_solution
@@ -243,6 +243,8 @@ def test_search_says_when_the_ends_contradict_monotonicity(tmp_path):
     again = run_sweep(load_sweep(tmp_path / "search.yaml"), tmp_path / "search",
                       engine="serial")
     assert (again.ran, again.skipped) == (0, 2)  # the probes are found, and said to be
+    guess = estimate(load_sweep(tmp_path / "search.yaml"), tmp_path / "search", 1)
+    assert (guess.finished, guess.cells) == (2, 12)  # at most steps + 2, two of them stored
 
 
 def test_cli_run_rerun_dry_run_and_plot(tmp_path, cli):

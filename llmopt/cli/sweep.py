@@ -144,12 +144,11 @@ def run(
 def _dry_run(sweep: Sweep, folder: Path, engine: str, workers: int | None) -> None:
     n = 1 if engine == "serial" else (workers or default_workers())
     guess = estimate(sweep, folder, n)
-    search = (f"; the search bisects {sweep.search.parameter} for "
-              f"{len(sweep.search_groups)} group(s), at most {guess.cells} probes"
-              if sweep.search else "")
-    out.print(f"{sweep.name}: {len(sweep.cells)} cells ({guess.finished} already finished in "
-              f"{folder}){search}; about {guess.seconds:,.1f} s on {n} worker(s) of engine "
-              f"{engine} ({guess.how})")
+    work = (f"the search bisects {sweep.search.parameter} for {len(sweep.search_groups)} "
+            f"group(s), at most {guess.cells} probes" if sweep.search
+            else f"{len(sweep.cells)} cells")
+    out.print(f"{sweep.name}: {work} ({guess.finished} already finished in {folder}); about "
+              f"{guess.seconds:,.1f} s on {n} worker(s) of engine {engine} ({guess.how})")
 
 
 def _summary(sweep: Sweep, report: SweepReport) -> None:

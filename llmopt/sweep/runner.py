@@ -155,15 +155,23 @@ def estimate(sweep: Sweep, out: Path, workers: int) -> Estimate:
     """How long the unfinished cells of ``sweep`` would take: per instance and policy (or
     problem), the mean runtime of that kind's cells already finished in ``out``, else the time
     of one such cell run here (not stored); a solve counts at its time limit. A search counts
-    ``steps + 2`` probes per group, each timed like its cell at the low end. Nothing is
-    written."""
+    ``steps + 2`` probes per group at most, each timed like its cell at the low end, less the
+    probes already finished in ``out``. Nothing is written."""
     finished = Store.check(out, sweep).finished()
     work = [(c, 1) for c in sweep.cells]
+    stored_probes = 0
     if sweep.search is not None:
         spec = sweep.search
         low = probe_value(spec.parameter, spec.low)
-        work += [(sweep.cell({**g, spec.parameter: low}), spec.steps + 2)
-                 for g in sweep.search_groups]
+        stored_probes = sum(1 for record in finished.values() if record.get("probe")
+                            and record["row"].get("cell_status") == "ok")
+        at_most = spec.steps + 2
+        left = max(len(sweep.search_groups) * at_most - stored_probes, 0)
+        groups = [sweep.cell({**g, spec.parameter: low}) for g in sweep.search_groups]
+        # the probes left, spread over the groups (each at most steps + 2)
+        share = [min(at_most, left // len(groups) + (k < left % len(groups)))
+                 for k in range(len(groups))] if groups else []
+        work += [(c, n) for c, n in zip(groups, share, strict=True) if n > 0]
     seen: dict[tuple[str, str], list[float]] = {}
     for c, _ in work:
         if c.key in finished:
@@ -188,7 +196,8 @@ def estimate(sweep: Sweep, out: Path, workers: int) -> Estimate:
            "from the runtimes of finished cells")
     if any(c.kind == "solve" for c, _ in work):
         how += "; solves counted at their time limit"
-    return Estimate(count + done, done, total / max(workers, 1), workers, how)
+    return Estimate(count + done + stored_probes, done + stored_probes,
+                    total / max(workers, 1), workers, how)
 
 
 def _kind(cell: Cell) -> tuple[str, str]:
