@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import llmopt.cli.solve as solve_cli
 from conftest import ROOT, TOY
 from llmopt.result import CONTRACT_KEYS, read_solution
 
@@ -233,3 +234,21 @@ def test_list_gives_what_is_asked_in_either_form(cli):
     assert "| `scls-llama2-13b-a100` | scls | — | scls-batching |" in profiles
     plain = cli("list", "routers").output
     assert "routers" in plain and "problems" not in plain
+
+
+def test_solve_holds_the_file_it_writes_against_the_validator(cli, tmp_path, monkeypatch):
+    good = cli("solve", TOY / "pd-tiny.yaml", "--out", tmp_path, "--no-plot")
+    assert good.exit_code == 0, good.output
+    assert "validated: valid" in good.output and "optimality checked independently" in good.output
+    real = solve_cli.run_solve
+
+    def off_by_a_bit(*args, **kwargs):  # a solver bug: an objective its answer does not give
+        result = real(*args, **kwargs)
+        result.objective *= 0.99
+        return result
+
+    monkeypatch.setattr(solve_cli, "run_solve", off_by_a_bit)
+    bad = cli("solve", TOY / "pd-tiny.yaml", "--out", tmp_path / "bad", "--no-plot")
+    assert bad.exit_code == 1
+    assert "internal error" in bad.stderr and "fails the independent validator" in bad.stderr
+    assert (tmp_path / "bad" / "pd-tiny").is_dir()  # the file is kept for the report

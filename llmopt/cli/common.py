@@ -235,7 +235,8 @@ def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
 
 def problem_help() -> str:
     from_registry = "; ".join(f"{p.name} ({p.paper}, {p.equations})" for p in PROBLEMS.values())
-    return f"One of: {from_registry}. Default: the instance's, else binpacking."
+    return (f"One of: {from_registry}. Default: the instance's (solve.problem), else the first "
+            "of its profile family's.")
 
 
 def solver_help() -> str:

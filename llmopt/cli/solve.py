@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llmopt.cli.common import (
@@ -15,6 +16,7 @@ from llmopt.cli.common import (
     check_number,
     check_out_dir,
     command,
+    err,
     fmt_ms,
     out,
     problem_help,
@@ -22,13 +24,14 @@ from llmopt.cli.common import (
     solver_help,
     write_solution,
 )
-from llmopt.data.instance import load_instance
+from llmopt.data.instance import Instance, load_instance
 from llmopt.files import out_path
 from llmopt.problems.api import resolve_options
 from llmopt.problems.api import solve as run_solve
 from llmopt.report import plot as plots
-from llmopt.result import Result
+from llmopt.result import Result, read_solution
 from llmopt.schedule.io import sidecar_name
+from llmopt.validate import check_solution
 
 
 @command
@@ -71,6 +74,7 @@ def solve(
     out.print(f"wrote {path}")
     if result.schedule is not None:
         out.print(f"wrote {path.parent / sidecar_name(path)}")
+    check_written(inst, path)
     if result.interrupted:
         raise typer.Exit(130)  # the incumbent is written; no chart
     if plot and (result.schedule is not None or result.data.get("assignment")):
@@ -83,6 +87,21 @@ def solve(
         out.print(f"wrote {plots.save(ax, base.with_suffix('.png'))}")
     if result.status == "error":
         raise typer.Exit(1)
+
+
+def check_written(inst: Instance, path: Path) -> None:
+    """The file just written, held against the instance by the independent validator (as
+    ``llmopt validate`` does): its verdict in one line and the validator's notes; a file it
+    rejects is a bug in llmopt (exit 1, the file kept for the report)."""
+    verdict = check_solution(inst, read_solution(path))
+    if verdict.reasons:
+        err.print(f"[bold red]internal error[/] (a bug in llmopt, not in your input): the "
+                  f"solver's answer fails the independent validator: "
+                  f"{escape('; '.join(verdict.reasons))}", markup=True, soft_wrap=True)
+        raise typer.Exit(1)
+    out.print("validated: valid (llmopt.validate, independent of the solvers)")
+    for note in verdict.notes:
+        out.print(f"validator: {note}")
 
 
 def show(result: Result) -> None:

@@ -23,8 +23,11 @@ ZERO_TIME_LIMIT_PROBLEMS = ("binpacking",)
 
 def resolve_options(instance: Instance, problem: str | None, solver: str | None,
                     time_limit_s: float | None) -> tuple[str, str, float | None]:
-    """Command-line values win over the instance's ``solve:`` defaults, which win over ours."""
-    problem = problem or instance.solve.problem or DEFAULT_PROBLEM
+    """Command-line values win over the instance's ``solve:`` defaults, which win over ours:
+    the first problem registered for the instance's profile family (binpacking for Pang's)."""
+    problem = problem or instance.solve.problem or next(
+        (p.name for p in PROBLEMS.values() if p.family == instance.profile.family),
+        DEFAULT_PROBLEM)
     field_of = "solve.problem" if instance.solve.problem == problem else "--problem"
     if problem not in PROBLEMS:
         raise OptionError(f"unknown problem (known: {', '.join(PROBLEMS)})",
