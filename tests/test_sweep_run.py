@@ -185,6 +185,18 @@ def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, cli):
     assert good["cell_status"] == "ok" and good["valid"]
 
 
+def search_count(tmp_path, target: str, **engine):
+    """Bisect the number of rows of the Azure sample (10 to 60) for sarathi's makespan against
+    ``target`` (``at_most: …`` or ``at_least: …``), into ``tmp_path / "search"``."""
+    return run_sweep(load_sweep(write(tmp_path, f"""
+        instances: [{TOY / "infermax-azure-sample.yaml"}]
+        grid: {{policy: [sarathi]}}
+        metrics: [makespan_ms]
+        search: {{parameter: count, low: 10, high: 60, metric: makespan_ms, {target},
+                  steps: 10}}
+        """, "search.yaml")), tmp_path / "search", **engine)
+
+
 def test_search_brackets_the_largest_passing_value(tmp_path):
     """Bisection over the number of trace rows: the answer meets the target, the next integer
     does not, and on a monotone scan it is the scan's answer."""
@@ -195,13 +207,7 @@ def test_search_brackets_the_largest_passing_value(tmp_path):
         metrics: [makespan_ms]
         """, "scan.yaml")), tmp_path / "scan", engine="serial").table
     target = float(scan["makespan_ms"].median())
-    searched = run_sweep(load_sweep(write(tmp_path, f"""
-        instances: [{sample}]
-        grid: {{policy: [sarathi]}}
-        metrics: [makespan_ms]
-        search: {{parameter: count, low: 10, high: 60, metric: makespan_ms,
-                  at_most: {target}, steps: 10}}
-        """, "search.yaml")), tmp_path / "search", engine="local", workers=2)
+    searched = search_count(tmp_path, f"at_most: {target}", engine="local", workers=2)
     answer = searched.search.iloc[0]
     ok, failing = int(answer["largest_count"]), int(answer["first_failing_count"])
     by_count = scan.set_index("count")["makespan_ms"]
@@ -229,13 +235,7 @@ def test_search_says_when_the_ends_contradict_monotonicity(tmp_path):
         """, "ends.yaml")), tmp_path / "ends", engine="serial").table
     by_count = ends.set_index("count")["makespan_ms"]
     target = float(by_count.mean())
-    searched = run_sweep(load_sweep(write(tmp_path, f"""
-        instances: [{sample}]
-        grid: {{policy: [sarathi]}}
-        metrics: [makespan_ms]
-        search: {{parameter: count, low: 10, high: 60, metric: makespan_ms,
-                  at_least: {target}, steps: 10}}
-        """, "search.yaml")), tmp_path / "search", engine="serial")
+    searched = search_count(tmp_path, f"at_least: {target}", engine="serial")
     answer = searched.search.iloc[0]
     assert answer["note"].startswith("not monotone") and answer["probes"] == 2
     assert int(answer["largest_count"]) == 60 and int(answer["first_failing_count"]) == 10

@@ -6,7 +6,9 @@ import math
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
+from matplotlib.axes import Axes
 
 from llmopt.cli.common import (
     InstanceArg,
@@ -37,6 +39,7 @@ from llmopt.report import plot as plots
 from llmopt.report.compare import compare as run_compare
 from llmopt.report.priority_compare import compare_priority, plot_priority
 from llmopt.report.slo_plot import slo_cdf_figure
+from llmopt.schedule import Schedule
 
 
 @command
@@ -69,22 +72,12 @@ def compare(
     shown = progress(verbose)
     comp = run_compare(inst, names, limit, shown, optimize=optimize)
     shown.done()
-    folder = out_path(out_dir, inst.name)
-    md = comp.markdown()
-    write_atomic(folder / "compare.md", f"# {inst.name}: schedules compared\n\n{md}")
-    write_atomic(folder / "compare.csv", comp.table.to_csv(index=False))
     best = comp.best_bound
     ax = plots.plot_comparison(comp.table, best.value_ms if best else None,
                                title=f"{inst.name}: total inference time by schedule")
-    plots.save(ax, folder / "compare.png")
-    names = ["compare.md", "compare.csv", "compare.png"]
     schedules = {name: r.schedule for name, r in comp.results.items() if r.schedule is not None}
-    if inst.has_slos and schedules:
-        plots.save(slo_cdf_figure(inst, schedules), folder / "slo-cdf.png")
-        names.append("slo-cdf.png")
-    out.print(md)
-    for name in names:
-        out.print(f"wrote {folder / name}")
+    write_comparison(inst, out_dir, "schedules compared", comp.markdown(), comp.table, ax,
+                     schedules)
 
 
 def compare_priority_plans(inst: Instance, names: list[str], out_dir: Path, limit: float,
@@ -94,15 +87,20 @@ def compare_priority_plans(inst: Instance, names: list[str], out_dir: Path, limi
     shown = progress(verbose)
     comp = compare_priority(inst, names, limit, shown, optimize=optimize)
     shown.done()
+    write_comparison(inst, out_dir, "schedules compared by G", comp.markdown(), comp.table,
+                     plot_priority(comp, title=f"{inst.name}: G by schedule"), comp.schedules)
+
+
+def write_comparison(inst: Instance, out_dir: Path, heading: str, md: str, table: pd.DataFrame,
+                     ax: Axes, schedules: dict[str, Schedule]) -> None:
+    """compare.md, compare.csv, compare.png and, with SLOs, slo-cdf.png; the table printed."""
     folder = out_path(out_dir, inst.name)
-    md = comp.markdown()
-    write_atomic(folder / "compare.md", f"# {inst.name}: schedules compared by G\n\n{md}")
-    write_atomic(folder / "compare.csv", comp.table.to_csv(index=False))
-    plots.save(plot_priority(comp, title=f"{inst.name}: G by schedule"),
-               folder / "compare.png")
+    write_atomic(folder / "compare.md", f"# {inst.name}: {heading}\n\n{md}")
+    write_atomic(folder / "compare.csv", table.to_csv(index=False))
+    plots.save(ax, folder / "compare.png")
     written = ["compare.md", "compare.csv", "compare.png"]
-    if inst.has_slos:
-        plots.save(slo_cdf_figure(inst, comp.schedules), folder / "slo-cdf.png")
+    if inst.has_slos and schedules:
+        plots.save(slo_cdf_figure(inst, schedules), folder / "slo-cdf.png")
         written.append("slo-cdf.png")
     out.print(md)
     for name in written:
