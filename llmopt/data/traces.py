@@ -437,7 +437,7 @@ def _bad_value(col: pd.Series, pos: int, path: Path, name: str, rule: str) -> Tr
     key a JSON line does not give, else the value and the ``rule`` it breaks."""
     value = col.iloc[pos]
     field = _row_field(name, col.index[pos])
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
         return TraceError("missing (an empty cell, NA or NaN, or a key this line does not give)",
                           file=path, field=field)
     return TraceError(rule, file=path, field=field, value=value, has_value=True)
