@@ -135,7 +135,7 @@ def test_replay_rejects_unknown_policy_and_missing_plan(cli, tmp_path):
 def test_compare_writes_table_csv_and_chart(cli, tmp_path):
     import pandas as pd
 
-    result = cli("compare", TOY / "gsm8k-small.yaml", "--out", tmp_path, "--time-limit", "2")
+    result = cli("compare", TOY / "gsm8k-small.yaml", "--out", tmp_path, "--time-limit", "1")
     assert result.exit_code == 0, result.stderr
     folder = tmp_path / "gsm8k-small"
     table = pd.read_csv(folder / "compare.csv")
