@@ -2,11 +2,13 @@
 
 Every mistake in an instance, a profile, a trace or a command-line option raises one
 :class:`LlmoptError` subclass whose message names the file, the field and the value, so that the
-CLI can print it on one line and exit with code 2.
+CLI can print it on one line and exit with code 2. What is accepted but worth saying (a trace
+read out of order, then sorted) is an :class:`LlmoptWarning`, which the CLI prints as one line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +87,27 @@ class SolutionFileError(LlmoptError):
 class InternalError(RuntimeError):
     """An invariant of llmopt broke: a bug, never the user's input (the CLI exits 1 and keeps
     the traceback in a log file)."""
+
+
+class LlmoptWarning(UserWarning):
+    """Input accepted, but not exactly as written, or a result to read with care."""
+
+
+def one_line_warnings(print_line: Callable[[str], None],
+                      default: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints each :class:`LlmoptWarning` as one line
+    ``warning: <message>``, each message once (the same trace may be read more than once);
+    other warnings (a library's) go to ``default``."""
+    shown: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if not issubclass(category, LlmoptWarning):
+            default(message, category, filename, lineno, file, line)
+            return
+        text = str(message)
+        if text not in shown:
+            shown.add(text)
+            print_line(f"warning: {text}")
+
+    return show

@@ -10,6 +10,7 @@ import pytest
 
 import llmopt.cli.solve as solve_cli
 from conftest import ROOT, TOY
+from llmopt.errors import LlmoptWarning, one_line_warnings
 from llmopt.result import CONTRACT_KEYS, read_solution
 
 
@@ -252,3 +253,20 @@ def test_solve_holds_the_file_it_writes_against_the_validator(cli, tmp_path, mon
     assert bad.exit_code == 1
     assert "internal error" in bad.stderr and "fails the independent validator" in bad.stderr
     assert (tmp_path / "bad" / "pd-tiny").is_dir()  # the file is kept for the report
+
+
+def test_a_broken_profile_file_spoils_no_listing(cli, tmp_path, monkeypatch):
+    (tmp_path / "broken.yaml").write_text("name: x\nfamily: [\n")
+    monkeypatch.setenv("LLMOPT_MODELS", str(tmp_path))
+    result = cli("list")
+    assert result.exit_code == 0, result.output
+    assert "broken" in result.output and "cannot be read" in result.output
+
+
+def test_only_llmopts_own_warnings_are_printed_as_one_line():
+    printed, passed_on = [], []
+    show = one_line_warnings(printed.append, lambda *args: passed_on.append(args[1]))
+    for _ in range(2):
+        show(LlmoptWarning("a trace was sorted"), LlmoptWarning, "x.py", 1)
+    show(UserWarning("no artists with labels"), UserWarning, str(ROOT / "llmopt" / "x.py"), 1)
+    assert printed == ["warning: a trace was sorted"] and passed_on == [UserWarning]

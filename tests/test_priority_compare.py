@@ -48,3 +48,17 @@ def test_without_optimizing_the_closed_form_bound_is_shown(cli, tmp_path):
     sol = json.loads((tmp_path / "huang-chat-code" / "slo-priority-cpsat.json").read_text())
     assert validate_solution(load_instance(INSTANCE), sol) == []
     assert bound >= sol["g_per_s"] > table["g_per_s"].iloc[0]
+
+
+def test_no_bound_is_shown_for_several_model_instances(cli, tmp_path):
+    """slo-priority's plans and bound are for one model instance: on two, compare replays
+    and says why it shows neither (a one-instance bound would sit below the replays)."""
+    two = tmp_path / "two.yaml"
+    two.write_text(INSTANCE.read_text().replace("system: {clients: 2}",
+                                                "system: {clients: 2, instances: 2}"))
+    result = cli("compare", two, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "upper bound on G" not in result.output
+    assert "plans one model instance, this system has 2" in result.output
+    table = pd.read_csv(tmp_path / "huang-chat-code" / "compare.csv")
+    assert list(table["schedule"]) == ["huang-vllm"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from llmopt.data.arrivals import Arrivals, arrival_times
 from llmopt.data.instance import instance_from_mapping
 from llmopt.data.slo import single_request_ms
-from llmopt.errors import InstanceError
+from llmopt.errors import InstanceError, LlmoptWarning
 from llmopt.policies.replay import replay
 from llmopt.schedule.metrics import attainment, attainment_by_class, request_latencies
 
@@ -229,3 +230,19 @@ def test_attainment_counts_by_hand() -> None:
     assert 0 < got["attainment"] < 1
     by_class = attainment_by_class(request_latencies(replay(tight, "vllm"), tight))
     assert list(by_class["requests"]) == [3]
+
+
+def test_requests_left_without_a_target_are_said_to_meet_it_always() -> None:
+    """A class without targets is fine when its requests carry their own; a request left with
+    no target at all is warned about (it meets its SLO in every schedule)."""
+    listed = [{"id": "a", "input_tokens": 10, "output_tokens": 5, "ttft_slo_ms": 50,
+               "slo_class": "chat"},
+              {"id": "b", "input_tokens": 10, "output_tokens": 5, "slo_class": "code"}]
+    slo = {"classes": [{"name": "chat", "share": 0.5}, {"name": "code", "share": 0.5}]}
+    with pytest.warns(LlmoptWarning, match=r"1 of 2 requests have no SLO target .*requests\[1\]"):
+        inst = instance_from_mapping(mapping(listed, slo))
+    assert [r.ttft_slo_ms for r in inst.requests] == [50, None]
+    listed[1]["e2e_slo_ms"] = 900
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LlmoptWarning)
+        instance_from_mapping(mapping(listed, slo))

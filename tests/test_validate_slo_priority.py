@@ -136,3 +136,20 @@ def test_the_batch_limit_is_the_instances():
     planned = json.loads(json.dumps(solve(inst, "slo-priority", "sa", 20).to_dict(inst)))
     assert any("for one model instance" in r
                for r in validate_solution(random_instance(1, instances=2), planned))
+
+
+def test_no_finite_objective_only_when_nothing_can_meet_its_slo():
+    """Targets no request can meet even alone: G = 0 for every plan, proven, and t / n has no
+    value; the validator accepts a missing objective then, and only then."""
+    impossible = instance_from_mapping({
+        "name": "imp", "model": "huang-qwen25-7b-v100x2", "system": {"clients": 2},
+        "requests": [{"id": k, "input_tokens": 100, "output_tokens": 50} for k in "ab"],
+        "slo": {"ttft_ms": 0.001}})
+    sol = solution(impossible, "auto")
+    assert sol["status"] == "optimal" and sol["objective"] is None and sol["n_met"] == 0
+    verdict = check_solution(impossible, sol)
+    assert verdict.reasons == [] and any("G = 0 for every plan" in n for n in verdict.notes)
+    meetable = random_instance(1)
+    good = solution(meetable, "sa")
+    claimed = dict(good, objective=None, bound=None, gap=None)
+    assert any("objective is None" in r for r in validate_solution(meetable, claimed))

@@ -3,7 +3,7 @@
 Error policy: a user's mistake (:class:`~llmopt.errors.LlmoptError`) prints one line ``error:
 <file>: <field>: <value>: <reason>`` and exits 2; Ctrl-C exits 130; anything else is a bug in
 llmopt: one line saying so, the traceback in a log file whose path it prints, exit 1. A warning
-llmopt gives the user (a ``UserWarning`` raised from its code, e.g. a trace sorted by arrival)
+llmopt gives the user (an :class:`~llmopt.errors.LlmoptWarning`, e.g. a trace sorted by arrival)
 prints as one line ``warning: <message>``, once per command.
 
 Numeric options are checked with :func:`check_number`, output folders with
@@ -32,7 +32,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
-from llmopt.errors import LlmoptError, OptionError
+from llmopt.errors import LlmoptError, OptionError, one_line_warnings
 from llmopt.files import write_atomic
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import PROBLEMS
@@ -44,7 +44,6 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True, highlight=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
-PACKAGE_DIR = os.path.realpath(Path(__file__).parents[1])
 
 InstanceArg = Annotated[Path, typer.Argument(help="Instance YAML file.", show_default=False)]
 SolutionArg = Annotated[Path, typer.Argument(help="Solution JSON file.", show_default=False)]
@@ -63,7 +62,9 @@ def command(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             with warnings.catch_warnings():
-                warnings.showwarning = _one_line_warnings(warnings.showwarning)
+                warnings.showwarning = one_line_warnings(
+                    lambda line: err.print(f"[yellow]{escape(line)}[/]", markup=True,
+                                           soft_wrap=True), warnings.showwarning)
                 return fn(*args, **kwargs)
         except LlmoptError as exc:
             err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
@@ -82,26 +83,6 @@ def command(fn: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def _one_line_warnings(default: Callable[..., None]) -> Callable[..., None]:
-    """``warnings.showwarning`` printing llmopt's user warnings as ``warning: <message>``, each
-    message once (the same trace may be read more than once in a command); other warnings (a
-    library's) go to ``default``."""
-    shown: set[str] = set()
-
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: Any = None, line: str | None = None) -> None:
-        ours = os.path.realpath(filename).startswith(PACKAGE_DIR + os.sep)
-        if not (ours and issubclass(category, UserWarning)):
-            default(message, category, filename, lineno, file, line)
-            return
-        text = str(message)
-        if text not in shown:
-            shown.add(text)
-            err.print(f"[yellow]warning:[/] {escape(text)}", markup=True, soft_wrap=True)
-
-    return show
 
 
 class OneLineUsageErrors(TyperGroup):

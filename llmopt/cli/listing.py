@@ -13,7 +13,7 @@ from rich.table import Table
 from llmopt.cli.common import command, out
 from llmopt.data.cost import available_profiles, load_profile
 from llmopt.data.traces import TRACE_FORMATS
-from llmopt.errors import OptionError
+from llmopt.errors import LlmoptError, OptionError
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import FAMILIES, PROBLEMS
 
@@ -58,7 +58,11 @@ def rows(what: str) -> tuple[list[str], list[list[str]]]:
     if what == "profiles":
         found = []
         for name in available_profiles():
-            family = load_profile(name).family
+            try:
+                family = load_profile(name).family
+            except LlmoptError as exc:  # one bad file in a models folder spoils no listing
+                found.append([f"`{name}`", "—", f"cannot be read: {exc}", "—"])
+                continue
             info = FAMILIES.get(family)
             problems = ", ".join(p.name for p in PROBLEMS.values() if p.family == family)
             found.append([f"`{name}`", family, info.summary if info else "—", problems or "—"])

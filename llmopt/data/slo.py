@@ -36,6 +36,7 @@ with ``basis: each`` every request gets its own.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -44,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from llmopt.data.cost.base import IterationCosts
 from llmopt.data.ranges import MAX_MS
-from llmopt.errors import InstanceError
+from llmopt.errors import InstanceError, LlmoptWarning
 
 Target = Annotated[float, Field(gt=0, le=MAX_MS)]
 SLO_FIELDS = ("ttft_slo_ms", "tpot_slo_ms", "e2e_slo_ms")
@@ -130,15 +131,21 @@ def resolve_slos(spec: SloSpec | None, given: list[dict[str, float | str | None]
                 value = float(derived[t][k])
             row[f] = _scaled(value, spec.scale)
         out.append(row)
+    without = [k for k, row in enumerate(out) if all(row[f] is None for f in SLO_FIELDS)]
+    if without:
+        warnings.warn(f"{file or 'the instance'}: {len(without)} of {n} requests have no SLO "
+                      f"target (the first: requests[{without[0]}]); they meet their SLO in "
+                      "every schedule", LlmoptWarning, stacklevel=2)
     return out
 
 
 def check_spec(spec: SloSpec, requests_have_targets: bool, file: Path | None) -> None:
     """The ``classes`` list: at least one class, distinct names, shares summing to 1, and each
-    class with a target unless the section gives defaults (its own targets or ``multiple``). A
-    section that gives no target at all (none of its own, in a class or derived) is refused
-    unless the requests carry their own: a request without a target meets its SLO in every
-    schedule, so a section forgotten that way would report full attainment."""
+    class with a target unless the section gives defaults (its own targets or ``multiple``) or
+    the requests carry their own. A section that gives no target at all (none of its own, in a
+    class or derived) is refused unless the requests carry their own: a request without a
+    target meets its SLO in every schedule, so a section forgotten that way would report full
+    attainment (requests left without any target are warned about by ``resolve_slos``)."""
     defaults = spec.multiple is not None or any(getattr(spec, t) is not None for t in TARGETS)
     if spec.classes is not None:
         if not spec.classes:
@@ -154,7 +161,8 @@ def check_spec(spec: SloSpec, requests_have_targets: bool, file: Path | None) ->
             raise InstanceError(f"the shares sum to {total:g}, not 1", file=file,
                                 field="slo.classes[*].share")
         for k, c in enumerate(spec.classes):
-            if not defaults and all(getattr(c, t) is None for t in TARGETS):
+            if not (defaults or requests_have_targets) and all(getattr(c, t) is None
+                                                               for t in TARGETS):
                 raise InstanceError(
                     "the class has no target: give it ttft_ms, tpot_ms or e2e_ms (or give the "
                     "section's own targets or multiple)", file=file, field=f"slo.classes[{k}]",

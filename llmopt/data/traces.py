@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from llmopt.data.ranges import MAX_TOKENS
-from llmopt.errors import TraceError
+from llmopt.errors import LlmoptWarning, TraceError
 
 VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -56,7 +56,7 @@ CHUNK_ROWS = 100_000
 """Rows (CSV) or records (JSON lines) parsed at a time."""
 
 
-class TraceWarning(UserWarning):
+class TraceWarning(LlmoptWarning):
     """A trace was read, but not exactly as written (e.g. its requests were sorted by arrival)."""
 
 

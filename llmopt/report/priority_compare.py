@@ -40,7 +40,7 @@ class PriorityComparison:
     ``requests``, ``total_e2e_s``, ``makespan_s``, ``gap_to_bound``) and the bound on G."""
 
     table: pd.DataFrame
-    bound_g_per_s: float
+    bound_g_per_s: float | None  # None: no bound for this instance (several model instances)
     bound_proof: str
     schedules: dict[str, Schedule]
     results: dict[str, Result]
@@ -56,11 +56,12 @@ class PriorityComparison:
             lines.append(f"| {row.schedule} | {row.scored_by} | {row.g_per_s:.6f} | "
                          f"{row.n_met} of {row.requests} | {row.total_e2e_s:,.2f} | {total} | "
                          f"{gap} |")
-        lines += ["", f"upper bound on G over priority plans (static batches of at most "
-                  f"system.clients, timed by eqs 14–17): **{self.bound_g_per_s:.6f} "
-                  f"requests/s** ({self.bound_proof}). Replays are timed by the simulation "
-                  "core, and a continuous-batching policy is no priority plan: the bound is "
-                  "shown beside them, not held against them."]
+        if self.bound_g_per_s is not None:
+            lines += ["", f"upper bound on G over priority plans (static batches of at most "
+                      f"system.clients, timed by eqs 14–17): **{self.bound_g_per_s:.6f} "
+                      f"requests/s** ({self.bound_proof}). Replays are timed by the simulation "
+                      "core, and a continuous-batching policy is no priority plan: the bound is "
+                      "shown beside them, not held against them."]
         lines += [f"\nNote: {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
@@ -75,13 +76,17 @@ def compare_priority(instance: Instance, policies: list[str], time_limit_s: floa
     schedules: dict[str, Schedule] = {}
     results: dict[str, Result] = {}
     notes: list[str] = []
+    one_instance = instance.system.instances == 1
+    if not one_instance:
+        notes.append(f"no plan and no bound: slo-priority plans one model instance, this "
+                     f"system has {instance.system.instances} (system.instances)")
     for policy in policies:
         progress.stage(f"replay {policy}")
         results[policy], schedules[policy] = replay_result(instance, policy, progress=progress)
         rows.append(_replayed_row(policy, schedules[policy], instance))
-    bound, proof = simple_bound(data), "G ≤ most requests meeting their SLOs together / " \
-        "lower bound on t, closed form"
-    if optimize:
+    bound: float | None = simple_bound(data) if one_instance else None
+    proof = "G ≤ most requests meeting their SLOs together / lower bound on t, closed form"
+    if optimize and one_instance:
         progress.stage("slo-priority (CP-SAT from SA's plan)")
         try:
             plan = solve(instance, "slo-priority", "cpsat", time_limit_s, progress)
@@ -100,7 +105,7 @@ def compare_priority(instance: Instance, policies: list[str], time_limit_s: floa
             rows.append(_replayed_row(PLAN_REPLAYED, schedules[PLAN_REPLAYED], instance))
     table = pd.DataFrame(rows)
     table["gap_to_bound"] = [
-        (bound - g) / bound if scored == "eqs 14–17" and bound > 0 else float("nan")
+        (bound - g) / bound if scored == "eqs 14–17" and bound else float("nan")
         for g, scored in zip(table["g_per_s"], table["scored_by"], strict=True)]
     return PriorityComparison(table, bound, proof, schedules, results, notes)
 
@@ -122,9 +127,10 @@ def plot_priority(comparison: PriorityComparison, ax: Axes | None = None,
     for bar, met, n in zip(bars, table["n_met"], table["requests"], strict=True):
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{met} of {n} met",
                 ha="center", va="bottom", fontsize=8)
-    ax.axhline(comparison.bound_g_per_s, color="crimson", ls="--", lw=1.2,
-               label=f"upper bound over priority plans {comparison.bound_g_per_s:.4f}")
-    ax.legend(loc="lower right", fontsize=8)
+    if comparison.bound_g_per_s is not None:
+        ax.axhline(comparison.bound_g_per_s, color="crimson", ls="--", lw=1.2,
+                   label=f"upper bound over priority plans {comparison.bound_g_per_s:.4f}")
+        ax.legend(loc="lower right", fontsize=8)
     ax.set_ylabel("G = SLO met / Σ E2E (requests/s)")
     ax.set_title(title or "G by schedule (labels: requests meeting their SLOs)", fontsize=10)
     ax.tick_params(axis="x", labelrotation=15)

@@ -67,7 +67,7 @@ def plot_lines(frame: pd.DataFrame, x: str, y: str, hue: str | None = None,
         ax.set_xscale("log")
     ax.set_xlabel(LABELS.get(x, x))
     ax.set_ylabel(LABELS.get(y, y))
-    if hue:
+    if hue and ax.get_legend_handles_labels()[0]:  # no line drawn (no cell has both): none
         ax.legend(title=hue, frameon=False)
     ax.set_title(title or f"{LABELS.get(y, y)} by {LABELS.get(x, x)}"
                  + (" (line: mean; band: min–max over the other parameters)" if hue else ""),

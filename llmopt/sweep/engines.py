@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmopt.data.traces import TraceWarning
-from llmopt.errors import OptionError
+from llmopt.errors import OptionError, one_line_warnings
 from llmopt.plugins import load
 from llmopt.sweep import cell as cells
 from llmopt.sweep.spec import Cell
@@ -108,10 +109,13 @@ class SerialEngine:
 
 
 def _worker_start() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them, and stay quiet about traces read
-    out of order: the parent has read every instance of the sweep and said so once."""
+    """Workers leave Ctrl-C to the parent, which stops them, stay quiet about traces read out
+    of order (the parent has read every instance of the sweep and said so once), and print
+    llmopt's other warnings as one line each, once per worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     warnings.simplefilter("ignore", TraceWarning)
+    warnings.showwarning = one_line_warnings(lambda line: print(line, file=sys.stderr),
+                                             warnings.showwarning)
 
 
 class LocalEngine:

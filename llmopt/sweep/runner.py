@@ -163,10 +163,9 @@ def estimate(sweep: Sweep, out: Path, workers: int) -> Estimate:
     if sweep.search is not None:
         spec = sweep.search
         low = probe_value(spec.parameter, spec.low)
-        stored_probes = sum(1 for record in finished.values() if record.get("probe")
-                            and record["row"].get("cell_status") == "ok")
+        stored_probes, answered = _stored_probes(sweep, finished)
         at_most = spec.steps + 2
-        left = max(len(sweep.search_groups) * at_most - stored_probes, 0)
+        left = 0 if answered else max(len(sweep.search_groups) * at_most - stored_probes, 0)
         groups = [sweep.cell({**g, spec.parameter: low}) for g in sweep.search_groups]
         # the probes left, spread over the groups (each at most steps + 2)
         share = [min(at_most, left // len(groups) + (k < left % len(groups)))
@@ -198,6 +197,36 @@ def estimate(sweep: Sweep, out: Path, workers: int) -> Estimate:
         how += "; solves counted at their time limit"
     return Estimate(count + done + stored_probes, done + stored_probes,
                     total / max(workers, 1), workers, how)
+
+
+class _NotStored(Exception):
+    """A probe the search needs is not finished in the folder."""
+
+
+def _stored_probes(sweep: Sweep, finished: dict[str, dict[str, Any]]) -> tuple[int, bool]:
+    """(How many of this search's probes are finished in the folder, whether they answer the
+    whole search): the bisection replayed on the stored rows alone, else the probe records
+    whose key is still their cell's (an instance changed since makes new keys)."""
+    used: set[str] = set()
+
+    def stored(probes: list[Cell]) -> dict[str, dict[str, Any]]:
+        if not all(_finished_ok(finished, c) for c in probes):
+            raise _NotStored
+        used.update(c.key for c in probes)
+        return {c.key: finished[c.key]["row"] for c in probes}
+
+    try:
+        bisect(sweep, stored)
+        return len(used), True
+    except _NotStored:
+        pass
+    current = 0
+    for key, record in finished.items():
+        params = record["params"]
+        if record.get("probe") and params.get("instance") in sweep.sources:
+            cell = sweep.cell(params)
+            current += cell.key == key and _finished_ok(finished, cell)
+    return current, False
 
 
 def _kind(cell: Cell) -> tuple[str, str]:

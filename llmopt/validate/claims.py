@@ -51,6 +51,7 @@ class Evidence:
     unchecked_why: str = ""
     bounds: dict[str, float] = field(default_factory=dict)
     tight_bound: str = ""
+    no_objective_why: str = ""  # why an answer may have no finite objective (checked), if it may
 
 
 def tolerance(value: float) -> float:
@@ -93,7 +94,10 @@ def check_claims(sol: dict[str, Any], ev: Evidence, verdict: Verdict) -> None:
     bound = number_or_none(sol, "bound", reasons)
     has_solution = status in ("optimal", "feasible")
     if has_solution and obj is None:
-        reasons.append(f"status {status} but objective is {sol.get('objective')!r}")
+        if ev.no_objective_why and bound is None:
+            verdict.notes.append(f"no finite objective, checked: {ev.no_objective_why}")
+        else:
+            reasons.append(f"status {status} but objective is {sol.get('objective')!r}")
         return
     if not has_solution and sol.get("objective") is not None:
         reasons.append(f"status {status} but an objective {sol.get('objective')!r} is given")

@@ -122,6 +122,11 @@ def check_slo_priority(instance: Instance, sol: dict[str, Any], verdict: Verdict
                             f"{EXACT_MAX_REQUESTS}")
     if sol.get("status") in ("optimal", "feasible"):
         ev.objective = _check_decision(instance, sol, times, max_batch, reasons)
+    if not any(times.meets_alone(i, b) for i in range(n) for b in range(1, max_batch + 1)):
+        # nothing meets its SLO even alone at time 0, so no plan meets any: G = 0 for every
+        # plan, and t / n has no finite value
+        ev.no_objective_why = ("no request meets its SLO even alone at time 0, so G = 0 for "
+                               "every plan")
     return ev
 
 

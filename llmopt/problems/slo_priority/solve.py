@@ -22,7 +22,7 @@ from typing import Any
 
 from llmopt.backends.cpsat import version as cpsat_version
 from llmopt.data.instance import Instance
-from llmopt.errors import InstanceError, OptionError
+from llmopt.errors import InstanceError, LlmoptWarning, OptionError
 from llmopt.problems.slo_priority import exhaustive, sa
 from llmopt.problems.slo_priority.exact import (
     max_met_bound,
@@ -99,7 +99,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                             value=instance.system.instances)
     data = SloPriorityData.from_instance(instance, options.get("max_batch"))
     for w in data.warnings:
-        warnings.warn(w, stacklevel=2)
+        warnings.warn(w, LlmoptWarning, stacklevel=2)
     sa_opts = _sa_options(options)
     workers = options.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
