@@ -42,20 +42,24 @@ class SclsModel:
         """Eq 5 over a slice: (L_i + S)·N·Δ bytes, pad and invalid tokens included, in GiB."""
         return (length + self.s) * n * self.p.kv_bytes_per_token / GIB
 
+    def _usable_bytes(self) -> float:
+        """ζ·M_ava (eqs 6 and 9)."""
+        p = self.p
+        return p.zeta * (p.gpu_memory_gib - p.model_memory_gib - p.engine_memory_gib) * GIB
+
+    def _deepspeed_cap(self, tokens: int) -> int:
+        """The batch size of the first rule of Algorithm 2 that applies at L = L_i + S (0: none)."""
+        for rule in sorted(self.p.deepspeed_rules, key=lambda r: -r.above_tokens):
+            if tokens > rule.above_tokens:
+                return int(rule.max_batch)
+        return 0
+
     def max_batch(self, length: int) -> int:
         """N_max(L_i, S): eq 8 with ζ (eq 9), or the first rule of Algorithm 2 that applies;
         at most ``max_size``."""
         tokens = length + self.s
-        cap = 0
-        if self.p.memory_rule == "deepspeed":
-            for rule in sorted(self.p.deepspeed_rules, key=lambda r: -r.above_tokens):
-                if tokens > rule.above_tokens:
-                    cap = rule.max_batch
-                    break
-        else:
-            usable = self.p.zeta * (self.p.gpu_memory_gib - self.p.model_memory_gib
-                                    - self.p.engine_memory_gib) * GIB
-            cap = math.floor(usable / (self.p.kv_bytes_per_token * tokens))
+        cap = self._deepspeed_cap(tokens) if self.p.memory_rule == "deepspeed" else \
+            math.floor(self._usable_bytes() / (self.p.kv_bytes_per_token * tokens))
         return cap if self.max_size is None else min(cap, self.max_size)
 
     def fits(self, n: int, length: int) -> bool:
@@ -65,13 +69,8 @@ class SclsModel:
             return False
         tokens = length + self.s
         if self.p.memory_rule == "deepspeed":
-            for rule in sorted(self.p.deepspeed_rules, key=lambda r: -r.above_tokens):
-                if tokens > rule.above_tokens:
-                    return n <= rule.max_batch
-            return False
-        usable = self.p.zeta * (self.p.gpu_memory_gib - self.p.model_memory_gib
-                                - self.p.engine_memory_gib) * GIB
-        return tokens * n * self.p.kv_bytes_per_token <= usable
+            return n <= self._deepspeed_cap(tokens)
+        return tokens * n * self.p.kv_bytes_per_token <= self._usable_bytes()
 
 
 def check_scls_batching(instance: Instance, sol: dict[str, Any], verdict: Verdict) -> Evidence:

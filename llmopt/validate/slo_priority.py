@@ -120,9 +120,11 @@ def check_slo_priority(instance: Instance, sol: dict[str, Any], verdict: Verdict
     else:
         ev.unchecked_why = (f"{n} requests; the validator enumerates up to "
                             f"{EXACT_MAX_REQUESTS}")
+    unmeetable = [r.id for i, r in enumerate(instance.requests)
+                  if not any(times.meets_alone(i, b) for b in range(1, max_batch + 1))]
     if sol.get("status") in ("optimal", "feasible"):
-        ev.objective = _check_decision(instance, sol, times, max_batch, reasons)
-    if not any(times.meets_alone(i, b) for i in range(n) for b in range(1, max_batch + 1)):
+        ev.objective = _check_decision(instance, sol, times, max_batch, unmeetable, reasons)
+    if len(unmeetable) == n:
         # nothing meets its SLO even alone at time 0, so no plan meets any: G = 0 for every
         # plan, and t / n has no finite value
         ev.no_objective_why = ("no request meets its SLO even alone at time 0, so G = 0 for "
@@ -141,7 +143,7 @@ def _splits(order: list[int], max_batch: int):
 
 
 def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_batch: int,
-                    reasons: list[str]) -> float | None:
+                    unmeetable: list[str], reasons: list[str]) -> float | None:
     index = {r.id: i for i, r in enumerate(instance.requests)}
     batches, priority = sol.get("batches"), sol.get("priority")
     if not isinstance(batches, list) or not all(
@@ -158,8 +160,6 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
         reasons.append(f"a batch holds more than max_batch = {max_batch} requests")
         return None
     met, total, rows = times.evaluate([[index[x] for x in b] for b in batches])
-    unmeetable = [r.id for i, r in enumerate(instance.requests)
-                  if not any(times.meets_alone(i, b) for b in range(1, max_batch + 1))]
     if sol.get("unmeetable") != unmeetable:
         reasons.append(f"unmeetable is {sol.get('unmeetable')!r:.80}, recomputed "
                        f"{unmeetable!r:.80} (missing their SLO even alone at time 0)")

@@ -81,6 +81,9 @@ def _sa_options(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+SIMPLE_BOUND_PROOF = "G ≤ most requests meeting their SLOs together / lower bound on t"
+
+
 def simple_bound(data: SloPriorityData) -> float:
     """An upper bound on G (requests/s) for every plan: an upper bound on the requests that can
     meet their SLOs together (``max_met_bound``, never above those that can meet theirs alone)
@@ -117,7 +120,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     detail: dict[str, Any] = {}
     interrupted = False
     bound_g = simple_bound(data)
-    proof_of_bound = "G ≤ most requests meeting their SLOs together / lower bound on t"
+    proof_of_bound = SIMPLE_BOUND_PROOF
     progress.stage("simulated annealing (Algorithm 1)")
     sa_out = sa.anneal(data, **sa_opts)
     detail["sa"] = {"start": sa_out.start, "early_stop": sa_out.early_stop,
