@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -13,14 +14,18 @@ from conftest import TOY as TOY_DIR
 from llmopt.data.instance import instance_from_mapping, load_instance
 from llmopt.errors import InstanceError
 from llmopt.policies.replay import replay, replay_result
+from llmopt.policies.routing import RoundRobin
 from llmopt.policies.slo.sola import (
     PRIOR_OUTPUT_TOKENS,
     LengthDistribution,
     Sola,
     SolaCostModel,
+    SolaOptions,
     _PeakProfile,
     quantile_level,
 )
+from llmopt.sim.batch import Batch
+from llmopt.sim.cluster import Deployment, simulate
 from llmopt.validate import validate_solution
 
 PROFILE = "infermax-llama2-7b-a100"
@@ -116,12 +121,26 @@ def test_peak_memory_matches_a_step_by_step_simulation() -> None:
     ([0.2, 0.5], [1.7], "tpot", 1.0),   # p_TPOT > 1 > p_TTFT
     ([0.9], [0.2, 0.5], "ttft", 1.0),   # 1 > p_TTFT > p_TPOT
     ([1.9], [0.2], "ttft", 1.0),        # p_TTFT > 1 > p_TPOT
-    ([0.5, 2.0, 3.0, 0.1], [1.5, 0.2, 0.3], "ttft", 2 / 3),  # both fail: TPOT better met
-    ([0.5, 0.2, 3.0, 0.1], [1.5, 2.2], "tpot", 0.75),  # both fail: TTFT better met
+    # both fail (Table 2, third row): optimize TTFT, TPOT loosened to the share meeting it
+    ([0.5, 2.0, 3.0, 0.1], [1.5, 0.2, 0.3], "ttft", 2 / 3),
+    ([0.5, 0.2, 3.0, 0.1], [1.5, 2.2], "ttft", 1e-9),  # no decode meets TPOT: a = 0
+    ([0.5, 0.2, 3.0, 0.1], [1.5, 2.2, 0.5, 0.1], "ttft", 0.5),
 ])
 def test_table_2_chooses_the_problem(ttft: list[float], tpot: list[float], mode: str,
                                      level: float) -> None:
     policy = Sola()
+    policy._choose_strategy(ttft, tpot, (0, 0))
+    assert policy.mode == mode
+    assert policy.level == pytest.approx(level)
+
+
+@pytest.mark.parametrize(("ttft", "tpot", "mode", "level"), [
+    ([0.5, 2.0, 3.0, 0.1], [1.5, 0.2, 0.3], "ttft", 2 / 3),  # TPOT better met: the constraint
+    ([0.5, 0.2, 3.0, 0.1], [1.5, 2.2], "tpot", 0.75),  # TTFT better met: the constraint
+])
+def test_both_failing_better_met_reading(ttft: list[float], tpot: list[float], mode: str,
+                                         level: float) -> None:
+    policy = Sola(SolaOptions(both_failing="better-met"))
     policy._choose_strategy(ttft, tpot, (0, 0))
     assert policy.mode == mode
     assert policy.level == pytest.approx(level)
@@ -217,3 +236,122 @@ def test_blocked_runs_past_arrivals_change_nothing(classes: bool) -> None:
     assert slow.requests["first_token_ms"].tolist() == pytest.approx(
         fast.requests["first_token_ms"].tolist())
     assert len(fast.iterations) == len(slow.iterations)
+
+
+class _StubReplica:
+    """Just what SOLA's eq 1 and eq 2 steps read of a replica: ``waiting`` requests (prompt
+    lengths) that arrived ``waited_ms`` before now, and ``decoders`` running ones (KVs)."""
+
+    def __init__(self, waiting: list[int], waited_ms: float, decoders: list[int]) -> None:
+        self.S = [*waiting, *decoders]
+        self.I = list(self.S)
+        self.m = [0] * len(waiting) + list(decoders)
+        self.gen = [0] * len(waiting) + [5] * len(decoders)
+        self.arr = [-waited_ms] * len(self.S)
+        self.status = [1] * len(waiting) + [2] * len(decoders)  # WAITING, RUNNING
+        self.J, self.n_running, self.M, self.C = 64, len(decoders), float("inf"), 2048
+        self.stream = type("Stream", (), {"members": set()})()
+        self.started: list[tuple[int, int]] = []
+
+    def m_of(self, i: int) -> int:
+        return self.m[i]
+
+    def take_waiting(self, i: int) -> None:
+        pass
+
+    def admit(self, i: int, c: int, need: int, b: object) -> None:
+        self.n_running += 1
+        self.started.append((i, c))
+        b.add_chunk(i, c)  # type: ignore[attr-defined]
+
+
+def _stub_policy(options: SolaOptions, n: int, ttft_ms: float = 200.0) -> Sola:
+    policy = Sola(options)
+    policy.cost = SolaCostModel.fit(slo_instance().profile, 2048)
+    policy.ttft_target = [ttft_ms] * n
+    return policy
+
+
+def _batch_with_decodes(r: _StubReplica, decoders: range, C: int = 2048):
+    b = Batch(float("inf"), C, C)
+    b.add_decodes(list(decoders))
+    return b
+
+
+@pytest.mark.parametrize(("prediction", "starts"), [("mixed", True), ("alone", False)])
+def test_eq_2_predicts_the_prefill_in_its_mixed_iteration(prediction: str, starts: bool
+                                                          ) -> None:
+    """A waiting request with 1 ms of slack beyond this iteration plus its prefill alone: the
+    mixed prediction (section 5.2: its iteration also carries the 50 decodes) says it would
+    miss unless it starts now; the prefill-alone prediction lets it wait."""
+    policy = _stub_policy(SolaOptions(eq2_prediction=prediction), 51)  # type: ignore[arg-type]
+    cost = policy.cost
+    assert cost is not None
+    decode_ms = cost.decode_ms0(50, 50 * 1000)
+    alone_ms = cost.prefill_ms0(0, 500 * 500, 500)
+    r = _StubReplica([500], 200.0 - decode_ms - alone_ms - 1.0, [1000] * 50)
+    b = _batch_with_decodes(r, range(1, 51))
+    policy._add_prefills_for_ttft(r, b, [0], now=0.0)  # type: ignore[arg-type]
+    assert bool(r.started) is starts
+
+
+def test_eq_1_sizes_the_iteration_in_tiles_beside_every_decode() -> None:
+    """Optimize TTFT subject to TPOT: the 50 decodes stay in the batch; the prefill part
+    takes the largest k_i − 50 tokens, k_i a multiple of 128, whose C^p keeps eq 1's budget;
+    all of it when everything fits; nothing (no invented tile) when no tile fits."""
+    policy = _stub_policy(SolaOptions(), 52)
+    cost = policy.cost
+    assert cost is not None
+    budget = cost.prefill_ms0(0, 700 ** 2, 700)  # one 700-token chunk's cost
+    for budget_ms, expected in ((budget, 640 - 50), (math.inf, 2048 - 50), (0.0, 0)):
+        r = _StubReplica([1500, 900], 0.0, [1000] * 50)
+        b = _batch_with_decodes(r, range(2, 52))
+        policy._add_prefills_for_tpot(r, b, [0, 1], budget_ms)  # type: ignore[arg-type]
+        assert sum(c for _, c in r.started) == expected
+        assert b.n_dec == 50
+    # the earlier reading gives the prefill the tile and the decodes what is left of it
+    earlier = _stub_policy(SolaOptions(ttft_decodes="left-of-k"), 52)
+    r = _StubReplica([1500, 900], 0.0, [1000] * 50)
+    b = Batch(float("inf"), 2048, 2048)
+    assert earlier._add_prefills_within(r, b, [0, 1], 0.0) == 128  # type: ignore[arg-type]
+
+
+def test_optimize_ttft_keeps_every_decode_running() -> None:
+    """On slo-chat, every iteration SOLA forms to optimize TTFT carries every decoding request
+    (memory is ample there); the earlier reading (decodes get what is left of k_i) stalls
+    some of them."""
+    inst = load_instance(TOY_DIR / "slo-chat.yaml")
+    for options, stalls_expected in ((SolaOptions(), False),
+                                     (SolaOptions(ttft_decodes="left-of-k"), True)):
+        policy = Sola(options)
+        stalled = []
+        form = policy.next_batch
+
+        def recording(r, form=form, policy=policy, stalled=stalled):  # type: ignore[no-untyped-def]
+            decoders = len(r.stream.members) + len(r.idle)
+            b = form(r)
+            if b is not None and policy.mode == "ttft" and b.n_dec < decoders:
+                stalled.append(decoders - b.n_dec)
+            return b
+
+        policy.next_batch = recording  # type: ignore[method-assign]
+        simulate(inst, Deployment("sola", [policy], RoundRobin()))
+        assert bool(stalled) is stalls_expected
+
+
+@pytest.mark.parametrize(("check", "held"), [("threshold", False), ("always", True)])
+def test_peak_memory_test_runs_above_the_threshold_only(check: str, held: bool) -> None:
+    """Three requests, M = 600 (issue 30): far below the threshold the peak test does not run,
+    so b and c start beside a; run always, it predicts 256-token outputs before anything has
+    finished and holds them until a finishes."""
+    requests = [{"id": name, "input_tokens": 100, "output_tokens": 20, "arrival_ms": t}
+                for name, t in (("a", 0.0), ("b", 1.0), ("c", 2.0))]
+    inst = instance_from_mapping({
+        "name": "sola-threshold", "model": PROFILE,
+        "system": {"clients": 8, "kv_capacity": 600, "max_batch_tokens": 2048},
+        "requests": requests, "slo": {"ttft_ms": 500, "tpot_ms": 100}})
+    policy = Sola(SolaOptions(memory_check=check))  # type: ignore[arg-type]
+    sched = simulate(inst, Deployment("sola", [policy], RoundRobin()))
+    by_id = sched.requests.set_index("request")
+    waits = by_id.loc[["b", "c"], "first_token_ms"] > by_id.loc["a", "finish_ms"]
+    assert bool(waits.any()) is held

@@ -12,8 +12,9 @@ State monitor (section 4.3), at the start of iteration i (``now``, ms):
   (0 before its second token);
 - ``p_TTFT = max_r t_TTFT / T_TTFT`` over the requests in the system (the most urgent
   CANDIDATE_WINDOW waiting ones and every running one, settled TTFTs included, as the paper's
-  "requests in the system"; counting only the TTFTs still open was tried and lowered SOLA's
-  attainment on instances/toy/slo-chat.yaml from 69 % to 43 %) and ``p_TPOT = max_r t_TPOT /
+  "requests in the system"; counting only the TTFTs still open was tried, under the readings
+  before issue 30, and lowered SOLA's attainment on instances/toy/slo-chat.yaml from 69 % to
+  43 %) and ``p_TPOT = max_r t_TPOT /
   T_TPOT`` over those decoding; with per-request targets the ratio is taken per request (the
   paper has one target per run: the same thing then);
 - the output-length distribution D_i: the outputs of finished requests, by input-length range
@@ -27,9 +28,10 @@ State monitor (section 4.3), at the start of iteration i (``now``, ms):
 Strategy (section 4.4.1, Table 2). Using the means of p_TTFT and p_TPOT over the last
 WINDOW_ITERATIONS iterations (the sliding window of section 4.4.2; its length is not given, 8 is
 our choice): when p_TPOT > p_TTFT SOLA optimizes TPOT subject to TTFT, else TTFT subject to TPOT.
-When both exceed 1 the constraint is loosened: the SLO that more requests meet (a% of them)
-becomes the constraint and every maximum over requests in eqs 1 and 2 becomes the a%-level
-maximum (the a%-quantile), so that the constrained problem is feasible again (Fig. 5).
+When both exceed 1, Table 2's third row converts the case to "p_TTFT > 1 > p_TPOT": SOLA optimizes
+TTFT subject to TPOT, with the TPOT constraint loosened (Fig. 5) to the a%-level, a% being the
+share of decoding requests meeting TPOT: every maximum over requests in eq 1 (and p_TPOT itself)
+becomes the a%-level maximum, the a%-quantile (section 4.4.1).
 
 Hierarchical prioritization (F_i): the phase optimized goes first (prefills for TTFT, decodes for
 TPOT). Prefill requests (waiting, or running in a chunked prefill) are ordered by descending
@@ -40,15 +42,20 @@ wait on them (our choice; SOLA avoids preemption, section 4.1.2, so the paper ha
 
 Workload (section 4.4.3):
 
-- TTFT subject to TPOT (eq 1): the prefill part may cost at most
-  ``min_r (T_TPOT − t_TPOT) · l_out`` over the decoding requests with t_TPOT > 0; k_i is the largest
-  multiple of TILE_TOKENS (128, the A100 tile) whose prefill chunks, taken in priority order, cost
-  no more (at least one tile, so that prefills always progress: our choice). When every prefill fits
-  the decodes are added one by one up to k_i tokens (k_i is then the batch budget C).
+- TTFT subject to TPOT (eq 1): eq 1 adds the prefill part's cost C^p(Q_run) to the TPOT of every
+  decoding request, so the decodes run in the same (mixed) iteration (Fig. 6); the prefill part
+  may cost at most ``min_r (T_TPOT − t_TPOT) · l_out`` over the decoding requests with
+  t_TPOT > 0. k_i, the iteration's tokens (decodes and prefill chunks, the tile-quantization of
+  Sarathi-Serve the paper cites), is the largest multiple of TILE_TOKENS (128, the A100 tile)
+  whose prefill chunks, taken in priority order, cost no more; when every prefill fits, all of
+  them run and the decodes fill the batch budget C ("the decode request is added one by one
+  until the total token number is k_i"); when not one tile fits, the iteration is decodes only.
 - TPOT subject to TTFT (eq 2): every decode first; then prefills in priority order, as few as
-  needed for every other waiting request r to keep ``t_TTFT + C^p(Q_run) + C^d(Q_run) + C^p(r) <=
-  T_TTFT`` (n_i, the minimum number satisfying eq 2), each with as many prompt tokens as the batch
-  budget C leaves.
+  needed for every other waiting request r to keep ``t_TTFT + C^p(Q_run) + C^d(Q_run) + C^p(r)
+  <= T_TTFT`` (n_i, the minimum number satisfying eq 2), each with as many prompt tokens as the
+  batch budget C leaves. C^p(r), r's prefill latency, is predicted for the mixed iteration it will
+  run in, C^p(r) + C^d(Q_run) (section 5.2: "we sum up the predicted latencies from two cost
+  models for the mixed iteration").
 
 Cost model (section 5.2, eqs 3 and 4): ``C^p = a0 Σ l_has·l_in + b0 Σ l_in² + c0 Σ l_in + d0``
 and ``C^d = a1 Σ 1 + b1 Σ l_has + c1``, fitted by least squares to the instance's profile at
@@ -58,15 +65,24 @@ iteration's time, C_0 its unscaled prediction (C^p + C^d for a mixed one) and α
 
 Peak-memory-aware admission (section 5.1, after LightLLM): a waiting request is admitted only if
 the predicted peak KV use of the running requests and it (each growing by one KV per token until
-its predicted end, then freeing everything) stays within M. The test is skipped when even the
-sum of every request's predicted final size fits (the paper's "memory threshold", section 6.4).
-A refused request does not stop the scan (Algorithm 1, line 9: ``continue``). The running
-requests' predictions used by the test are redone every PREDICTION_REFRESH finishes and after a
-preemption, not at every finish (a choice, for speed: D_i moves little from one finish to the
-next). An iteration in which no waiting request can start is decodes only and leaves the
+its predicted end, then freeing everything) stays within M. The test runs only when the KVs held
+with the candidate's exceed MEMORY_THRESHOLD of M (section 6.4: "we use a memory threshold to
+apply the memory prediction computation only when necessary"; the paper gives no value, 0.8 is
+our choice), and is skipped too when even the sum of every request's largest predicted final
+size fits. A refused request does not stop the scan (Algorithm 1, line 9: ``continue``). The
+running requests' predictions used by the test are redone every PREDICTION_REFRESH finishes and
+after a preemption, not at every finish (a choice, for speed: D_i moves little from one finish to
+the next). An iteration in which no waiting request can start is decodes only and leaves the
 monitor's window and γ as they are (``_decodes_only``). When KVs still run short (a prediction
 was too low), the running decodes of lowest priority that are not in the batch are preempted
 (recompute), as vLLM does: SOLA itself excludes preemption.
+
+Readings. Where the text leaves a choice, :class:`SolaOptions` names it; the defaults follow the
+lines quoted above, and ``SolaOptions.earlier()`` gives llmopt's readings before issue 30 (the
+better-met SLO as the constraint when both fail; decodes only in what the prefills leave of k_i,
+with a 128-token prefill tile when none fits; eq 2's C^p(r) alone; the peak test always, with
+PRIOR_OUTPUT_TOKENS-long outputs predicted before anything finished). docs/reproduction.md gives
+each reading's effect.
 """
 
 from __future__ import annotations
@@ -75,6 +91,7 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -92,8 +109,49 @@ PRIOR_OUTPUT_TOKENS = 256
 PREDICTION_REFRESH = 16  # finishes after which the running requests' predictions are redone
 CANDIDATE_WINDOW = 32  # waiting requests SOLA reads per iteration (earliest TTFT deadline first)
 MAX_DEADLINE_MS = 1e15  # the deadline of a request without a TTFT target
+MEMORY_THRESHOLD = 0.8  # KV share above which the peak-memory test runs (section 6.4)
 UNTIL_ARRIVAL = Steady(math.inf, until_arrival=True)
 BLOCKED = Steady(math.inf, until_arrival=False)
+
+
+@dataclass(frozen=True)
+class SolaOptions:
+    """The readings of the paper where its text leaves a choice; the defaults follow the text
+    (see the module doc, "Readings"), the alternatives are llmopt's earlier choices.
+
+    - ``both_failing``: Table 2, third row (p_TTFT > 1 and p_TPOT > 1). ``"optimize-ttft"``
+      (default): the row's own conversion to "p_TTFT > 1 > p_TPOT", i.e. optimize TTFT subject to
+      TPOT, the TPOT constraint (and p_TPOT) loosened to the a%-level of section 4.4.1, a% the
+      share of decoding requests meeting TPOT. ``"better-met"``: the SLO more requests meet is
+      the constraint (the earlier reading).
+    - ``ttft_decodes``: optimize TTFT subject to TPOT (section 4.4.3). ``"all"`` (default): every
+      running decode is in the iteration and k_i, the iteration's tokens, is the largest tile
+      multiple whose prefill part keeps eq 1 (eq 1 adds C^p to the decoding requests' TPOT: they
+      run in the same, mixed, iteration; Fig. 6); no prefill when none fits. ``"left-of-k"``: the
+      prefill part takes k_i and decodes get what is left of it, with one tile of prefill when
+      nothing fits (the earlier reading).
+    - ``eq2_prediction``: the prefill latency C^p(r) of a waiting request in eq 2. ``"mixed"``
+      (default): the latency of the mixed iteration it will run in, C^p(r) + C^d(Q_run) (section
+      5.2: "we sum up the predicted latencies from two cost models for the mixed iteration").
+      ``"alone"``: C^p(r) only (the earlier reading).
+    - ``memory_check``: the peak-memory test of section 5.1. ``"threshold"`` (default): only when
+      the KVs held with the candidate's exceed ``memory_threshold`` of M (section 6.4: "we use a
+      memory threshold to apply the memory prediction computation only when necessary"; the
+      paper gives no value, 0.8 is our choice). ``"always"``: whenever the worst case could
+      overflow (the earlier reading).
+    """
+
+    both_failing: Literal["optimize-ttft", "better-met"] = "optimize-ttft"
+    ttft_decodes: Literal["all", "left-of-k"] = "all"
+    eq2_prediction: Literal["mixed", "alone"] = "mixed"
+    memory_check: Literal["threshold", "always"] = "threshold"
+    memory_threshold: float = MEMORY_THRESHOLD
+
+    @classmethod
+    def earlier(cls) -> SolaOptions:
+        """Every earlier reading (llmopt before issue 30), for comparison."""
+        return cls(both_failing="better-met", ttft_decodes="left-of-k", eq2_prediction="alone",
+                   memory_check="always")
 
 
 @dataclass
@@ -187,7 +245,8 @@ class Sola(IterationPolicy):
 
     name = "sola"
 
-    def __init__(self) -> None:
+    def __init__(self, options: SolaOptions | None = None) -> None:
+        self.options = options or SolaOptions()
         self.cost: SolaCostModel | None = None
         self.lengths = LengthDistribution()
         self.window: deque[tuple[float, float]] = deque(maxlen=WINDOW_ITERATIONS)
@@ -276,10 +335,14 @@ class Sola(IterationPolicy):
         w_tpot = sum(p for _, p in self.window) / len(self.window)
         self.level = 1.0
         if w_ttft > 1 and w_tpot > 1:
+            met_tpot = _share_met(tpot_ratios)
+            if self.options.both_failing == "optimize-ttft":
+                # Table 2, third row: "p_TTFT > 1 > p_TPOT" at the a%-level of TPOT
+                self.mode, self.level = "ttft", max(met_tpot, 1e-9)
+                return
             late, beyond = ttft_late_beyond
             met_ttft = ((_share_met(ttft_ratios) * len(ttft_ratios) + beyond - late)
                         / max(len(ttft_ratios) + beyond, 1))
-            met_tpot = _share_met(tpot_ratios)
             # the better-met SLO is the constraint, at its a%-level
             if met_ttft >= met_tpot:
                 self.mode, self.level = "tpot", max(met_ttft, 1e-9)
@@ -319,12 +382,16 @@ class Sola(IterationPolicy):
         self._choose_strategy(list(ttft_ratio.values()), tpot_ratio,
                               (max(late_beyond, 0), beyond))
 
-        b = Batch(r.M - r._held(), r.C, r.C)
+        b = Batch(r.free_kv(), r.C, r.C)
         candidates = self._prefill_order(r, waiting, prefilling, ttft_ratio)
         if self.mode == "ttft":
             budget = self._tpot_budget(decoders, gen, tpot_now)
-            k_i = self._add_prefills_within(r, b, candidates, budget)
-            self._add_decodes(r, b, decoders, gen, tpot_now, limit=k_i - (r.C - b.tokens))
+            if self.options.ttft_decodes == "all":
+                self._add_decodes(r, b, decoders, gen, tpot_now, limit=math.inf)
+                self._add_prefills_for_tpot(r, b, candidates, budget)
+            else:
+                k_i = self._add_prefills_within(r, b, candidates, budget)
+                self._add_decodes(r, b, decoders, gen, tpot_now, limit=k_i - (r.C - b.tokens))
         else:
             self._add_decodes(r, b, decoders, gen, tpot_now, limit=math.inf)
             self._add_prefills_for_ttft(r, b, candidates, now)
@@ -341,7 +408,7 @@ class Sola(IterationPolicy):
         if r.n_running >= r.J:
             return True
         peak = _PeakMemory(self, r)
-        free = r.M - r._held()
+        free = r.free_kv()
         by_rank = r.by_rank
         return not any(peak.fits(by_rank[k], free) for k in r.waiting[:CANDIDATE_WINDOW])
 
@@ -353,7 +420,7 @@ class Sola(IterationPolicy):
         decoders = [*r.stream.members, *r.idle]
         if not decoders:
             return None
-        b = Batch(r.M - r._held(), r.C, r.C)
+        b = Batch(r.free_kv(), r.C, r.C)
         self._add_decodes(r, b, decoders, None, None, limit=math.inf)
         return None if b.empty else b
 
@@ -393,10 +460,65 @@ class Sola(IterationPolicy):
             return min(slack)
         return quantile_level([-s for s in slack], self.level) * -1
 
+    def _add_prefills_for_tpot(self, r: Replica, b: Batch, order: list[int],
+                               budget_ms: float) -> None:
+        """Eq 1 with every decode in the batch (``ttft_decodes="all"``): prefill chunks in
+        priority order, the iteration's tokens k_i (the decodes already in ``b`` and the prefill
+        part) being the largest multiple of TILE_TOKENS whose prefill part's predicted cost
+        C^p(Q_run) stays within ``budget_ms``; every prefill when all of them fit (the decodes
+        then fill up to the batch budget), none when not even one tile does."""
+        assert self.cost is not None
+        cost, gamma = self.cost, self.cost.gamma
+        room = int(b.tokens) if b.tokens != math.inf else int(r.C)
+        peak = _PeakMemory(self, r)
+        free = b.free
+        chunks: list[tuple[int, int, int]] = []  # (request, tokens it could take, cached KVs)
+        total = 0
+        for i in order:
+            if total >= room:
+                break
+            if r.status[i] != RUNNING:
+                if r.n_running + len(chunks) >= r.J or not peak.admits(i, free):
+                    continue
+                free -= r.S[i]
+            rest = r.S[i] - r.m[i]
+            chunks.append((i, rest, r.m[i]))
+            total += rest
+        total = min(total, room)
+
+        def predicted(tokens: int) -> float:
+            mc = cc = c = 0.0
+            for _, rest, m in chunks:
+                k = min(rest, tokens - int(c))
+                if k <= 0:
+                    break
+                mc, cc, c = mc + m * k, cc + k * k, c + k
+            return gamma * cost.prefill_ms0(mc, cc, c)
+
+        take = total
+        if total and predicted(total) > budget_ms:
+            # the largest tile multiple k_i of the iteration's tokens within eq 1
+            take = 0
+            lo, hi = 1, (b.n_dec + total) // TILE_TOKENS
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                tokens = mid * TILE_TOKENS - b.n_dec
+                if tokens <= 0 or predicted(tokens) <= budget_ms:
+                    take, lo = max(tokens, 0), mid + 1
+                else:
+                    hi = mid - 1
+        for i, rest, _ in chunks:
+            if take <= 0:
+                break
+            c = min(rest, take)
+            self._take_prefill(r, b, i, c, r.status[i] != RUNNING, peak)
+            take -= c
+
     def _add_prefills_within(self, r: Replica, b: Batch, order: list[int],
                              budget_ms: float) -> float:
-        """Prefill chunks in priority order while their predicted cost stays within
-        ``budget_ms`` (eq 1); returns k_i, the iteration's token limit."""
+        """The earlier reading of eq 1 (``ttft_decodes="left-of-k"``): prefill chunks in
+        priority order while their predicted cost stays within ``budget_ms``, at least one tile
+        of them; returns k_i, the iteration's token limit, of which decodes get what is left."""
         assert self.cost is not None
         cost = self.cost
         gamma = cost.gamma
@@ -453,6 +575,7 @@ class Sola(IterationPolicy):
         arr, S, m = r.arr, r.S, r.m
         peak = _PeakMemory(self, r)
         decode_ms = gamma * cost.decode_ms0(b.n_dec, self._decode_kv(r, b))
+        mixed = self.options.eq2_prediction == "mixed"
         fresh = [k for k, i in enumerate(order) if r.gen[i] == 0]  # not refills
         mc = cc = tokens = 0.0
         for pos, i in enumerate(order):
@@ -469,6 +592,8 @@ class Sola(IterationPolicy):
                 j = order[fresh[at]]
                 rest = S[j] - m[j]
                 own = gamma * cost.prefill_ms0(m[j] * rest, rest * rest, rest)
+                if mixed:  # its own iteration will carry the decodes too (section 5.2)
+                    own += decode_ms
                 if (now - arr[j] + iteration_ms + own) / self.ttft_target[j] <= 1:
                     return  # eq 2 holds: the remaining prefills wait
             waiting = r.status[i] != RUNNING
@@ -648,6 +773,10 @@ class _PeakMemory:
         need = r.S[i]
         if need > free:
             return False
+        options = self.policy.options
+        if math.isinf(r.M) or (options.memory_check == "threshold"
+                               and r.M - free + need <= options.memory_threshold * r.M):
+            return True
         return (self._quick(need, free)
                 or self._peak_with(self.policy.predicted_left(r, i), need) <= r.M)
 
