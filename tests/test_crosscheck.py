@@ -16,9 +16,9 @@ from conftest import ROOT
 from llmopt.data.instance import load_instance
 from llmopt.experiments.crosscheck import cross_check, random_infermax_instance, random_pd_instance
 from llmopt.problems.api import solve
+from llmopt.problems.pang.kv import reserved_peak
 from llmopt.problems.pang.pd_plan import PDProblem, earliest_plan, stage_schedule
 from llmopt.result import Result
-from llmopt.sim.kv import reserved_peak
 from llmopt.validate import check_solution
 from llmopt.validate.schedule import check_schedule
 
@@ -44,7 +44,7 @@ def test_memory_regression_solves_with_a_valid_schedule_and_an_honest_status(pat
 
 @pytest.mark.parametrize("seed", range(12))
 def test_plan_memory_accounting_agrees_with_the_validator(seed):
-    # a random plan timed without any memory limit; the models' accounting (llmopt.sim.kv) and the
+    # a random plan timed without any memory limit; the models' accounting (pang.kv) and the
     # validator's own must find the same peak of reserved KVs: the schedule passes the
     # validator at exactly that capacity and fails one token below it
     inst = random_pd_instance(seed, max_requests=10).with_system(kv_capacity=None)

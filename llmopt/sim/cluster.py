@@ -25,10 +25,10 @@ import pandas as pd
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError
-from llmopt.policies.base import IterationPolicy, Router
 from llmopt.progress import SILENT, Progress
 from llmopt.schedule import Schedule
-from llmopt.sim.replica import DONE, Replica, RequestState
+from llmopt.sim.policy import DONE, IterationPolicy, Router
+from llmopt.sim.replica import Replica, RequestState
 
 
 @dataclass

@@ -29,9 +29,9 @@ from llmopt.policies.pang.stages import (
 )
 from llmopt.policies.routing import ByAssignment, RoundRobin
 from llmopt.problems.pang import binpacking
+from llmopt.problems.pang.kv import footprint
 from llmopt.progress import SILENT, Progress
 from llmopt.sim.cluster import Deployment
-from llmopt.sim.kv import footprint
 
 # name -> (queue by local assignment or None, timing rule, needs the offline assignment)
 _POLICIES: dict[str, tuple[Any, Timing, bool]] = {

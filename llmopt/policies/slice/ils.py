@@ -36,13 +36,12 @@ import numpy as np
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
-from llmopt.policies.base import Router
+from llmopt.policies.base import ReplicaView, Router
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.infermax.unified import UnifiedScheduler, refuse_oversized
 from llmopt.policies.routing import RoundRobin
 from llmopt.schedule import Schedule
 from llmopt.sim.cluster import Deployment
-from llmopt.sim.replica import Replica
 from llmopt.sim.slices import section5_request_metrics
 
 ILS = replace(
@@ -59,7 +58,7 @@ class IterationLevel(UnifiedScheduler):
     def __init__(self) -> None:
         super().__init__(ILS)
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         label = instance.label()
         if instance.profile.family != "scls":
             raise InstanceError(f"{self.name} replays on the scls profile family (Cheng et al. "

@@ -10,7 +10,7 @@ from typing import Any
 
 from llmopt.data.instance import Instance
 from llmopt.errors import OptionError, SolutionFileError
-from llmopt.policies.base import ReplicaView, Router
+from llmopt.policies.base import Router, RouterView
 from llmopt.policies.routing import RoundRobin
 from llmopt.policies.slo_priority.fcfs import HUANG_VLLM, ContinuousFcfs
 from llmopt.policies.slo_priority.static import StaticBatches
@@ -66,7 +66,7 @@ class PlannedInstances:
     def __init__(self, instance_of: Sequence[int]) -> None:
         self.instance_of = list(instance_of)
 
-    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+    def route(self, request: int, now: float, replicas: list[RouterView]) -> int:
         return self.instance_of[request]
 
 

@@ -17,9 +17,9 @@ from dataclasses import replace
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
+from llmopt.policies.base import ReplicaView
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.infermax.unified import UnifiedScheduler, refuse_oversized
-from llmopt.sim.replica import Replica
 
 HUANG_VLLM = replace(
     SCHEDULERS["vllm"], name="huang-vllm", source="huang",
@@ -35,7 +35,7 @@ class ContinuousFcfs(UnifiedScheduler):
     def __init__(self) -> None:
         super().__init__(HUANG_VLLM)
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         label = instance.label()
         if instance.profile.family != "bilinear":
             raise InstanceError(f"{self.name} replays on the bilinear predictor (Huang et al. "
@@ -45,5 +45,5 @@ class ContinuousFcfs(UnifiedScheduler):
                          " (input + output)")
         self.C = self.P = replica.C
 
-    def reservation(self, r: Replica, i: int) -> int:
+    def reservation(self, r: ReplicaView, i: int) -> int:
         return r.I[i] + r.O[i]
