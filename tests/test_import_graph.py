@@ -73,7 +73,6 @@ KNOWN_VIOLATIONS = {
     "llmopt.problems.pang.pd_competition -> llmopt.policies",
     "llmopt.problems.slo_priority.replayed -> llmopt.policies",
     "llmopt.problems.slo_priority.replayed -> llmopt.sim",
-    "llmopt.sim.slices -> llmopt.problems",
 }
 
 
