@@ -36,7 +36,7 @@ def test_cdf_crosses_the_target_at_the_attainment(metric, share_key) -> None:
     inst = inst.with_requests(tuple(r.model_copy(update={"tpot_slo_ms": r.tpot_slo_ms / 2})
                                     for r in inst.requests))
     latencies, shares = {}, {}
-    for policy in ("sarathi", "sola"):
+    for policy in ("sarathi", "vllm-d"):  # each misses some TTFT and some halved TPOT targets
         result, schedule = replay_result(inst, policy)
         latencies[policy] = request_latencies(schedule, inst)
         shares[policy] = result.data["metrics"][share_key]
