@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,15 @@ CONTRACT_KEYS = (
     "llmopt_version", "instance", "instance_sha256", "problem", "solver", "solver_version",
     "status", "objective", "bound", "gap", "runtime_s", "time_limit_s", "units",
 )
+
+
+class Mode(StrEnum):
+    """A schedule's ``mode`` in its solution file: how its batches were formed (the validator
+    checks each by its own rules)."""
+
+    CONTINUOUS = "continuous"          # iteration-level batches (InferMax's cost model, …)
+    PD_COMPETITION = "pd_competition"  # prefill stages and decode rounds (Pang et al.)
+    SLICES = "slices"                  # padded static batches served a slice at a time (SCLS)
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:

@@ -13,7 +13,6 @@ import pytest
 
 from llmopt.data.instance import instance_from_mapping
 from llmopt.errors import InstanceError, LlmoptError, OptionError
-from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import replay_result
 from llmopt.problems.infermax import attainment
@@ -59,7 +58,7 @@ def tiny_instance(seed: int, n: int, *, max_input: int = 3, max_output: int = 3)
 
 def infermax_policies() -> list[str]:
     return [name for name, info in POLICIES.items() if info.family == "infermax"
-            and not (name in SCHEDULERS and SCHEDULERS[name].unlimited_memory)]
+            and not info.hypothetical]
 
 
 def policy_counts(instance) -> dict[str, int]:

@@ -12,13 +12,19 @@ import pandas as pd
 import pytest
 
 from llmopt.data.instance import instance_from_mapping, load_instance
-from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.infermax.configs import SCHEDULERS as INFERMAX
+from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import deployment, replay, replay_result
 from llmopt.problems.infermax import csp as infermax_csp
 from llmopt.problems.infermax.data import CSPData
 from llmopt.sim.cluster import simulate
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.infermax_exact import optimum
+
+# every scheduler of the InferMax family but SOLA (which needs SLOs): InferMax's, SOLA's
+# baselines, vLLM V1
+SCHEDULERS = [name for name, info in POLICIES.items()
+              if info.family == "infermax" and name != "sola"]
 
 TOY = Path(__file__).resolve().parent.parent / "instances" / "toy"
 PROFILE = "infermax-llama2-7b-a100"
@@ -74,11 +80,11 @@ def test_vllm_evicts_the_newest_request_and_refills_it():
 
 def test_every_scheduler_respects_memory_and_validates():
     inst = load_instance(TOY / "infermax-azure-sample.yaml")
-    for name, cfg in SCHEDULERS.items():
+    for name in SCHEDULERS:
         result, sched = replay_result(inst, name)
         sol = result.to_dict(inst)
         reasons = validate_solution(inst, sol)
-        if cfg.unlimited_memory:
+        if POLICIES[name].hypothetical:
             # valid as the hypothetical it says it is, and over memory once that is not said
             verdict = check_solution(inst, sol)
             assert verdict.valid and any("not checked" in n for n in verdict.notes), name
@@ -88,7 +94,7 @@ def test_every_scheduler_respects_memory_and_validates():
         assert reasons == [], (name, reasons[:3])
         m = sched.metrics()
         assert m["kv_tokens_max"] <= inst.system.kv_capacity
-        if cfg.eviction_free:
+        if name in INFERMAX and INFERMAX[name].eviction_free:
             assert m["evictions"] == 0, name
 
 
@@ -157,7 +163,7 @@ def assert_same_schedule(a, b):
     pd.testing.assert_frame_equal(a.requests, b.requests)
 
 
-@pytest.mark.parametrize("name", list(SCHEDULERS))
+@pytest.mark.parametrize("name", SCHEDULERS)
 def test_steady_decode_runs_equal_iteration_by_iteration(name):
     # runs of identical decode-only batches are advanced in one step; simulating every
     # iteration on its own must give the same schedule

@@ -10,7 +10,7 @@ import typer
 from llmopt.cli.common import InstanceArg, SolutionArg, check_out_dir, command, out
 from llmopt.data.instance import load_instance
 from llmopt.errors import SolutionFileError
-from llmopt.policies.pang import plan_assignment
+from llmopt.policies.pang.deploy import plan_assignment
 from llmopt.policies.slice.replay import MODE, slice_frames
 from llmopt.report import plot as plots
 from llmopt.report.slice_plot import plot_slice_frames

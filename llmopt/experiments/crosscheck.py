@@ -22,7 +22,7 @@ import numpy as np
 from llmopt.data.cost import InferMaxProfile, PangLinearProfile
 from llmopt.data.instance import Instance, instance_from_mapping
 from llmopt.errors import LlmoptError
-from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.registry import POLICIES, incumbent_policies
 from llmopt.policies.replay import replay_result
 from llmopt.problems.api import solve
 from llmopt.problems.base import Bound
@@ -31,7 +31,11 @@ from llmopt.problems.pang.bounds import pd_bounds
 from llmopt.result import Result
 from llmopt.validate import check_solution
 
-PD_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
+PD_POLICIES = tuple(incumbent_policies("pd-competition"))
+# the InferMax-family schedulers that give the CSP its incumbents, and the hypothetical ones
+INFERMAX_SCHEDULERS = tuple(name for name, info in POLICIES.items()
+                            if "infermax-csp" in info.incumbent_for
+                            or (info.family == "infermax" and info.hypothetical))
 TOL = 2e-3  # ms
 
 
@@ -146,9 +150,9 @@ def _pang(instance: Instance, out: CrossCheck, limit: float, small: int) -> None
 
 def _infermax(instance: Instance, out: CrossCheck, limit: float) -> None:
     heuristics = {}
-    for name, config in SCHEDULERS.items():
+    for name in INFERMAX_SCHEDULERS:
         run = out.attempt(instance, f"replay/{name}", partial(_replayed, instance, name))
-        if run is not None and run.objective is not None and not config.unlimited_memory:
+        if run is not None and run.objective is not None and not POLICIES[name].hypothetical:
             heuristics[name] = run.objective
     feasible = [r for r in out.runs if r.label.startswith("replay/")
                 and not r.data.get("unlimited_memory")]

@@ -31,7 +31,7 @@ import numpy as np
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
 from llmopt.policies.base import RUNNING, WAITING, Batch, IterationPolicy, ReplicaView, Steady
-from llmopt.policies.infermax.configs import SchedulerConfig
+from llmopt.policies.infermax.configs import Groups, RankKey, SchedulerConfig, WaitingOrder
 
 RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
 UNTIL_ARRIVAL = Steady(math.inf, until_arrival=True)
@@ -72,11 +72,11 @@ class UnifiedScheduler(IterationPolicy):
         self.cfg = config
         self.name = config.name
         self.unlimited_memory = config.unlimited_memory
-        self.tracks_decode_ranks = config.groups == "rank"
+        self.tracks_decode_ranks = config.groups is Groups.RANK
         self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
         self.P: float = 0
         self.C: float = 0  # the batch token budget: C, or the configuration's when smaller
-        self.predicted = config.waiting_order == "predicted-output"
+        self.predicted = config.waiting_order is WaitingOrder.PREDICTED_OUTPUT
         # sjf-predicted: waiting ranks by input length (before any finish) and per input bucket
         self._by_input: list[tuple[int, int]] = []
         self._buckets: dict[int, list[int]] = {}
@@ -104,11 +104,11 @@ class UnifiedScheduler(IterationPolicy):
                     value=min(self.P, replica.C))
 
     def priority_keys(self, instance: Instance) -> np.ndarray:
-        if self.cfg.groups == "rank" and self.cfg.rank_key == "input":
+        if self.cfg.groups is Groups.RANK and self.cfg.rank_key is RankKey.INPUT:
             return instance.input_tokens.astype(float)
-        if self.cfg.groups == "rank" and self.cfg.rank_key == "output":
+        if self.cfg.groups is Groups.RANK and self.cfg.rank_key is RankKey.OUTPUT:
             return instance.output_tokens.astype(float)
-        if self.cfg.waiting_order == "output":
+        if self.cfg.waiting_order is WaitingOrder.OUTPUT:
             return instance.output_tokens.astype(float)
         return instance.arrival_ms
 
@@ -180,10 +180,10 @@ class UnifiedScheduler(IterationPolicy):
     def next_batch(self, r: ReplicaView) -> Batch | None:
         b = r.new_batch(self.C, self.P)
         groups = self.cfg.groups
-        if groups == "vllm":
+        if groups is Groups.VLLM:
             self._admit_waiting(r, b)
             self._add_running(r, b)
-        elif groups == "sarathi":
+        elif groups is Groups.SARATHI:
             self._add_running(r, b)
             self._admit_waiting(r, b)
         else:
@@ -206,15 +206,15 @@ class UnifiedScheduler(IterationPolicy):
         cfg = self.cfg
         if cfg.hybrid and r.prefilling:
             return None
-        if r.n_running >= r.J or (cfg.groups == "sarathi" and not cfg.hybrid):
+        if r.n_running >= r.J or (cfg.groups is Groups.SARATHI and not cfg.hybrid):
             return BLOCKED
-        if r.waiting and cfg.groups != "rank":
+        if r.waiting and cfg.groups is not Groups.RANK:
             head = self._head(r)
             needs = r.all_decode_needs()
             free = r.free_kv()
-            if self.reservation(r, head) <= free - (needs if cfg.groups == "sarathi" else 0):
+            if self.reservation(r, head) <= free - (needs if cfg.groups is Groups.SARATHI else 0):
                 return None
-            return BLOCKED if cfg.waiting_order == "arrival" else UNTIL_ARRIVAL
+            return BLOCKED if cfg.waiting_order is WaitingOrder.ARRIVAL else UNTIL_ARRIVAL
         return UNTIL_ARRIVAL
 
     def _chunk(self, r: ReplicaView, i: int, b: Batch) -> int:
@@ -244,9 +244,9 @@ class UnifiedScheduler(IterationPolicy):
     def _running_order(self, r: ReplicaView) -> list[int]:
         """Running requests from highest to lowest priority (for ``vllm`` groups whose waiting
         order is not FCFS, vLLM's running order still is: by arrival)."""
-        if self.cfg.groups == "vllm" and self.cfg.waiting_order != "arrival":
+        if self.cfg.groups is Groups.VLLM and self.cfg.waiting_order is not WaitingOrder.ARRIVAL:
             return sorted(r.running(), key=lambda i: (r.arr[i], i))
-        if self.cfg.groups == "sarathi":
+        if self.cfg.groups is Groups.SARATHI:
             dec = r.decoders()
             if self.cfg.long_first:
                 dec.sort(key=lambda i: (-r.m_of(i), r.arr[i], i))
@@ -496,3 +496,30 @@ class UnifiedScheduler(IterationPolicy):
                     r.take_waiting(i)
                     r.admit(i, c, nd, b)
 
+
+
+class UnifiedOnFamily(UnifiedScheduler):
+    """A configuration of the unified scheduler on another paper's profile family, one that
+    times iterations per request (SCLS's eqs 3–4, Huang et al.'s eqs 14–15): the first output
+    token comes from the first decode, as those papers count decodes, so a request holds up to
+    I + O KVs and one that needs more than the cache is refused; the paper sets the batch
+    budgets (:meth:`budgets`)."""
+
+    first_token_from_prefill = False
+
+    def __init__(self, config: SchedulerConfig, family: str, runs_on: str) -> None:
+        super().__init__(config)
+        self.family = family
+        self.runs_on = runs_on  # the family and the paper's equations, for the error
+
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
+        if instance.profile.family != self.family:
+            raise InstanceError(f"{self.name} replays on {self.runs_on}", file=instance.label(),
+                                field="model", value=instance.profile.name)
+        refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens,
+                         " (input + output)")
+        self.C, self.P = self.budgets(replica)
+
+    def budgets(self, replica: ReplicaView) -> tuple[float, float]:
+        """The batch's token budget and prefill budget."""
+        raise NotImplementedError

@@ -105,8 +105,7 @@ from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.errors import InstanceError, InternalError, LlmoptError, OptionError
-from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.registry import POLICIES
+from llmopt.policies.registry import ATTAINMENT, incumbent_policies
 from llmopt.policies.replay import replay
 from llmopt.problems.infermax.data import batches_from_schedule
 from llmopt.progress import SILENT, Progress
@@ -521,9 +520,7 @@ def _heuristics(instance: Instance, data: _Data) -> list[tuple[int, str, Plan, A
     """(count, policy, plan, schedule, met) of every replay policy that respects M, best
     first; the plan is the policy's batches, replayed as a plan."""
     out = []
-    for name, info in POLICIES.items():
-        if info.family != "infermax" or (name in SCHEDULERS and SCHEDULERS[name].unlimited_memory):
-            continue
+    for name in incumbent_policies(ATTAINMENT):
         try:
             plan = batches_from_schedule(data.ids, replay(instance, name))
         except LlmoptError:

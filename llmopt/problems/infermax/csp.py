@@ -64,8 +64,8 @@ from llmopt.backends.common import (
 from llmopt.backends.versions import version_of
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError, SolutionFileError
-from llmopt.policies.infermax import deploy_plan
-from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.infermax.deploy import deploy_plan
+from llmopt.policies.registry import incumbent_policies
 from llmopt.policies.replay import replay
 from llmopt.problems.infermax import mip as infermax_mip
 from llmopt.problems.infermax.data import (
@@ -311,9 +311,7 @@ def heuristic_schedules(instance: Instance) -> list[tuple[float, str, Any]]:
     """(makespan, policy, schedule) of every deployable and hypothetical scheduler of the
     replay engine that respects M, best first."""
     out = []
-    for name, cfg in SCHEDULERS.items():
-        if cfg.unlimited_memory:
-            continue
+    for name in incumbent_policies("infermax-csp"):
         try:
             sched = replay(instance, name)
         except InstanceError:
@@ -329,7 +327,7 @@ def replay_plan(instance: Instance, plan: list[dict[str, Any]]) -> Any:
     """The schedule of a plan of batches (the model's, or a heuristic's) under the cost model;
     a plan of llmopt's own that breaks a rule is a bug."""
     try:
-        return simulate(instance, deploy_plan(instance, {"plan": plan}, "infermax-csp"))
+        return simulate(instance, deploy_plan(instance, "infermax-csp", plan={"plan": plan}))
     except SolutionFileError as exc:
         raise InternalError(f"the CSP's plan cannot be replayed: {exc}") from exc
 
