@@ -12,7 +12,7 @@ from rich.table import Table
 
 from llmopt.cli.common import command, out
 from llmopt.data.cost import available_profiles, load_profile
-from llmopt.data.traces import TRACE_FORMATS
+from llmopt.data.trace_formats import TRACE_FORMATS
 from llmopt.errors import LlmoptError, OptionError
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import FAMILIES, PROBLEMS

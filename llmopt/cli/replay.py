@@ -25,7 +25,7 @@ from llmopt.cli.common import (
 )
 from llmopt.data.instance import Instance, load_instance
 from llmopt.errors import LlmoptError, OptionError, SolutionFileError
-from llmopt.files import out_path
+from llmopt.files import out_path, sidecar_name
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
 from llmopt.policies.slice.replay import LADDER_COLUMNS, is_slice_policy, slice_result
@@ -34,7 +34,6 @@ from llmopt.report.slice_plot import plot_slices
 from llmopt.report.slo_plot import slo_cdf_figure
 from llmopt.result import read_solution
 from llmopt.schedule import Schedule
-from llmopt.schedule.io import sidecar_name
 
 
 def parse_policies(text: str | None, family: str, command: str) -> list[str]:

@@ -25,12 +25,11 @@ from llmopt.cli.common import (
     write_solution,
 )
 from llmopt.data.instance import Instance, load_instance
-from llmopt.files import out_path
+from llmopt.files import out_path, sidecar_name
 from llmopt.problems.api import resolve_options
 from llmopt.problems.api import solve as run_solve
 from llmopt.report import plot as plots
 from llmopt.result import Result, read_solution
-from llmopt.schedule.io import sidecar_name
 from llmopt.validate import check_solution
 
 

@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from llmopt.cli.common import OneLineUsageErrors, check_out_dir, command, err, out
+from llmopt.cli.common import check_out_dir, command, err, out
+from llmopt.cli.usage import OneLineUsageErrors
 from llmopt.errors import InputFileError, OptionError
 from llmopt.report import plot as plots
 from llmopt.report.sweep_plot import check_columns, default_axes, plot_lines, plot_spread

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
 from llmopt.policies.base import Router
 from llmopt.policies.infermax.configs import SCHEDULERS
@@ -23,6 +22,9 @@ from llmopt.policies.routing import (
 )
 from llmopt.policies.slo.baselines import SOLA_BASELINES, V1_SCHEDULERS
 from llmopt.result import Mode
+
+if TYPE_CHECKING:
+    from llmopt.data.instance import Instance
 
 
 class Engine(Enum):

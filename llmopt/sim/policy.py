@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from llmopt.data.cost.base import IterationCosts
     from llmopt.data.instance import Instance
     from llmopt.sim.batch import Batch

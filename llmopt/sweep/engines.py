@@ -20,7 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmopt.data.traces import TraceWarning
+from llmopt.data.trace_formats import TraceWarning
 from llmopt.errors import OptionError, one_line_warnings
 from llmopt.plugins import load
 from llmopt.sweep import cell as cells

@@ -22,33 +22,38 @@ What a verdict of "valid" establishes, per problem:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmopt.data.instance import Instance
-from llmopt.validate.binpacking import check_binpacking
+from llmopt.plugins import load
 from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
-from llmopt.validate.infermax import check_infermax, check_replay
-from llmopt.validate.pd_competition import check_pd_competition
-from llmopt.validate.scls import check_scls_batching
-from llmopt.validate.slices import check_slice_replay
-from llmopt.validate.slo_priority import check_slo_priority
+
+if TYPE_CHECKING:
+    from llmopt.data.instance import Instance
+
+Checker = Callable[["Instance", dict[str, Any], Verdict], Evidence]
+
+# the checker of each problem's solution files ("module:function", loaded when used)
+CHECKERS: dict[str, str | Checker] = {
+    "binpacking": "llmopt.validate.binpacking:check_binpacking",
+    "replay": "llmopt.validate:check_any_replay",
+    "pd-competition": "llmopt.validate.pd_competition:check_pd_competition",
+    "infermax-csp": "llmopt.validate.infermax:check_infermax",
+    "scls-batching": "llmopt.validate.scls:check_scls_batching",
+    "slo-priority": "llmopt.validate.slo_priority:check_slo_priority",
+}
+# the checker of each mode of replay (a schedule on the simulation core by default)
+REPLAY_CHECKERS: dict[str, str | Checker] = {
+    "slices": "llmopt.validate.slices:check_slice_replay",
+}
 
 
 def check_any_replay(instance: Instance, sol: dict[str, Any], verdict: Verdict) -> Evidence:
     """A replay: slice-level (mode ``slices``, Cheng et al. 2024) or on the simulation core."""
-    if sol.get("mode") == "slices":
-        return check_slice_replay(instance, sol, verdict)
-    return check_replay(instance, sol, verdict)
-
-
-CHECKERS: dict[str, Callable[[Instance, dict[str, Any], Verdict], Evidence]] = {
-    "binpacking": check_binpacking,
-    "replay": check_any_replay,
-    "pd-competition": check_pd_competition,
-    "infermax-csp": check_infermax,
-    "scls-batching": check_scls_batching,
-    "slo-priority": check_slo_priority,
-}
+    mode = sol.get("mode")
+    checker = REPLAY_CHECKERS.get(mode, "llmopt.validate.infermax:check_replay") \
+        if isinstance(mode, str) else "llmopt.validate.infermax:check_replay"
+    evidence: Evidence = load(checker)(instance, sol, verdict)
+    return evidence
 
 
 def check_solution(instance: Instance, solution: dict[str, Any]) -> Verdict:
@@ -63,7 +68,7 @@ def check_solution(instance: Instance, solution: dict[str, Any]) -> Verdict:
     if checker is None:
         verdict.reasons.append(f"unknown problem {problem!r}")
         return verdict
-    evidence = checker(instance, solution, verdict)
+    evidence = load(checker)(instance, solution, verdict)
     check_claims(solution, evidence, verdict)
     return verdict
 
