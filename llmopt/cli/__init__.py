@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import typer
 import typer.main
 from typer.core import TyperCommand
 
-from llmopt.cli.usage import OneLineUsageErrors
+from llmopt.cli.usage import OneLineUsageErrors, err
+from llmopt.errors import one_line_warnings
 from llmopt.signals import sigterm_as_interrupt
 
 #: command -> (module, attribute): a command function, or a Typer app of subcommands
@@ -107,6 +109,11 @@ def _root() -> None:
 
 def main() -> None:
     sigterm_as_interrupt()
+    # llmopt's warnings as one line, those given while a command loads (a package's broken
+    # entry point) too; each command does the same while it runs (common.command)
+    warnings.showwarning = one_line_warnings(lambda line: err.print(line, markup=False,
+                                                                    soft_wrap=True),
+                                             warnings.showwarning)
     app()
 
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmopt.errors import LlmoptWarning, TraceError
-from llmopt.plugins import load
+from llmopt.plugins import Registry, load
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -154,8 +154,7 @@ def _guess_format(path: Path) -> str:
     return "mooncake" if isinstance(keys, dict) and "input_length" in keys else "jsonl"
 
 
-TRACE_FORMATS: dict[str, TraceFormat] = {
-    f.name: f for f in [
+TRACE_FORMATS: Registry[TraceFormat] = Registry("llmopt.trace_formats", TraceFormat, [
         TraceFormat("azure", "Azure LLM inference trace 2023 (Azure Public Dataset), raw or as "
                     "processed by Vidur", "TIMESTAMP, ContextTokens, GeneratedTokens; or "
                     "arrived_at (s), num_prefill_tokens, num_decode_tokens", f"{READERS}:read_csv"),
@@ -172,8 +171,7 @@ TRACE_FORMATS: dict[str, TraceFormat] = {
                     "log_type", "Timestamp (s), Model, Request tokens, Response tokens, Log Type "
                     "(Total tokens is not read)", f"{READERS}:read_burstgpt",
                     filters=("model", "log_type")),
-    ]
-}
+])
 
 
 __all__ = ["TRACE_FORMATS", "Selection", "TraceFormat", "TraceWarning", "read_trace"]

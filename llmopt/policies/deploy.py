@@ -12,7 +12,7 @@ from llmopt.data.instance import Instance
 from llmopt.errors import OptionError
 from llmopt.policies.base import IterationPolicy, Router
 from llmopt.policies.routing import RoundRobin
-from llmopt.progress import Progress
+from llmopt.progress import SILENT, Progress
 from llmopt.sim.cluster import Deployment
 
 
@@ -30,6 +30,17 @@ def each_replica(instance: Instance, name: str, make: Callable[[], IterationPoli
                       router or RoundRobin())
 
 
+def per_replica(make: Callable[[], IterationPolicy]) -> Deploy:
+    """The factory of a policy that runs ``make()`` on every replica (``PolicyInfo.deploy`` of
+    most policies): round-robin unless another router is given."""
+
+    def deploy(instance: Instance, name: str, *, plan: Mapping[str, Any] | None = None,
+               router: Router | None = None, progress: Progress = SILENT) -> Deployment:
+        return each_replica(instance, name, make, router)
+
+    return deploy
+
+
 def no_router(router: Router | None, what: str) -> None:
     """Refuse a router for a deployment that fixes the replica of every request."""
     if router is not None:
@@ -37,4 +48,4 @@ def no_router(router: Router | None, what: str) -> None:
                           value=router.name)
 
 
-__all__ = ["Deploy", "Deployment", "each_replica", "no_router"]
+__all__ = ["Deploy", "Deployment", "each_replica", "no_router", "per_replica"]

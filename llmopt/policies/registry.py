@@ -1,8 +1,10 @@
 """Every scheduling policy and router llmopt can replay, in one place each, with its paper and a
 one-line description, its factory (``"module:function"``, loaded when the policy runs) and the
-engine it runs on. The CLI's choices and help, ``llmopt list``, the docs' tables, the default
-policies of ``llmopt replay`` and ``llmopt compare``, and the heuristic incumbents of the
-solvers come from here; nothing else dispatches on a policy's name or family."""
+engine it runs on; installed packages add theirs through the entry points ``llmopt.policies``
+and ``llmopt.routers`` (:mod:`llmopt.plugins`). The CLI's choices and help, ``llmopt list``,
+the docs' tables, the default policies of ``llmopt replay`` and ``llmopt compare``, and the
+heuristic incumbents of the solvers come from here; nothing else dispatches on a policy's name
+or family."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from llmopt.errors import InstanceError
+from llmopt.plugins import Registry
 from llmopt.policies.base import Router
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.routing import (
@@ -97,8 +100,7 @@ def _slice(name: str, where: str, summary: str) -> PolicyInfo:
                       mode=Mode.SLICES)
 
 
-POLICIES: dict[str, PolicyInfo] = {
-    p.name: p for p in [
+POLICIES: Registry[PolicyInfo] = Registry("llmopt.policies", PolicyInfo, [
         _pang("baseline", "section V (vLLM's default)", "one FCFS queue, prefill-first"),
         _pang("offline", "section IV.B, eqs 26–30",
               "per-client queues from the optimal bin packing, prefill-first"),
@@ -160,11 +162,9 @@ POLICIES: dict[str, PolicyInfo] = {
                    "InferMax batches or slo-priority static batches",
                    "llmopt.policies.replay:follow_plan", mode=None, replay_default=False,
                    compare_default=False),
-    ]
-}
+])
 
-ROUTERS: dict[str, RouterInfo] = {
-    r.name: r for r in [
+ROUTERS: Registry[RouterInfo] = Registry("llmopt.routers", RouterInfo, [
         RouterInfo("round-robin", "requests dealt to the replicas in turn, in arrival order",
                    RoundRobin),
         RouterInfo("least-outstanding-tokens", "the replica with the fewest tokens left to "
@@ -173,8 +173,7 @@ ROUTERS: dict[str, RouterInfo] = {
                    ShortestQueue),
         RouterInfo("most-free-memory", "the replica with the most free KV memory",
                    MostFreeMemory),
-    ]
-}
+])
 
 PLAN_FOLLOWERS = [
     PlanFollower("problem", "slo-priority", "llmopt.policies.slo_priority.deploy:follow_plan"),
@@ -223,11 +222,3 @@ def check_family(instance: Instance, policy: str) -> None:
                             f"{', '.join(policy_names(profile.family))})",
                             file=instance.label(), field="model", value=profile.name)
 
-
-# derived from the entries, for the callers that still read them as tables
-SLICE_POLICIES = tuple(slice_policies())
-DEFAULT_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
-    family: {command: tuple(default_policies(family, command)) for command in ("replay",
-                                                                                  "compare")}
-    for family in dict.fromkeys(info.family for info in POLICIES.values()
-                                if info.family != "any")}

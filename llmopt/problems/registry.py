@@ -1,12 +1,16 @@
 """Every optimization problem llmopt solves, and the lower bounds of each cost-profile family, in
 one place each, with the paper and equations they implement. The CLI's choices and help,
-``llmopt list`` and the docs' tables come from here; implementations load on first use."""
+``llmopt list`` and the docs' tables come from here; implementations load on first use.
+Installed packages add problems through the entry point ``llmopt.problems``
+(:mod:`llmopt.plugins`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from llmopt.plugins import Registry
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,9 @@ class ProblemInfo:
     options: dict[str, str] = field(default_factory=dict)  # its own options and their help
     solve: str | Callable[..., Any] = ""  # "module:function" or the function: (instance,
     #                               solver, time_limit_s, progress, **options) -> Result
+    #: the independent checker of its solution files (``llmopt validate``, which never runs
+    #: the solver): (instance, solution, verdict) -> llmopt.validate.claims.Evidence
+    check: str | Callable[..., Any] = ""
 
 
 @dataclass(frozen=True)
@@ -40,14 +47,14 @@ class FamilyInfo:
 
 PANG = "Pang et al. 2025"
 
-PROBLEMS: dict[str, ProblemInfo] = {
-    p.name: p for p in [
+PROBLEMS: Registry[ProblemInfo] = Registry("llmopt.problems", ProblemInfo, [
         ProblemInfo(
             "binpacking", "pang_linear", PANG, "eqs 26–30 (section IV.B)",
             "offline makespan bin packing of requests onto clients (P||Cmax), with proven "
             "lower bounds",
             ("auto", "highs", "cpsat", "heuristic"),
-            solve="llmopt.problems.pang.binpacking:solve"),
+            solve="llmopt.problems.pang.binpacking:solve",
+            check="llmopt.validate.binpacking:check_binpacking"),
         ProblemInfo(
             "pd-competition", "pang_linear", PANG, "eqs 1–25 (section III), KV memory",
             "the prefill-decode competition schedule: which requests each prefill stage takes "
@@ -57,14 +64,16 @@ PROBLEMS: dict[str, ProblemInfo] = {
              "time_model": "stage (the MIP's) | replay (batch-dependent rounds)",
              "literal": "original: eq 13 as printed, no w ≤ d link",
              "cuts": "original: symmetry cuts and valid inequalities"},
-            solve="llmopt.problems.pang.pd_competition:solve"),
+            solve="llmopt.problems.pang.pd_competition:solve",
+            check="llmopt.validate.pd_competition:check_pd_competition"),
         ProblemInfo(
             "infermax-csp", "infermax", "Kim et al. 2025 (InferMax)", "section 5",
             "optimal continuous batching: the batches (chunks, decodes, evictions) of least "
             "total latency under the InferMax cost model",
             ("auto", "cpsat", "highs"),
             {"bins": "number of batches N", "workers": "CP-SAT threads"},
-            solve="llmopt.problems.infermax.csp:solve"),
+            solve="llmopt.problems.infermax.csp:solve",
+            check="llmopt.validate.infermax:check_infermax"),
         ProblemInfo(
             "scls-batching", "scls", "Cheng et al. 2024 (SCLS)", "eqs 1–10, Algorithm 1",
             "serving-time-oriented batching: padded static batches of least total serving "
@@ -73,7 +82,8 @@ PROBLEMS: dict[str, ProblemInfo] = {
             {"slice_length": "slice length S (default 128)", "workers": "CP-SAT threads",
              "formulation": "cpsat: counts (default) | assignment",
              "max_size": "at most this many requests per batch (PM: 12 DS, 16 HF)"},
-            solve="llmopt.problems.scls.partition:solve"),
+            solve="llmopt.problems.scls.partition:solve",
+            check="llmopt.validate.scls:check_scls_batching"),
         ProblemInfo(
             "slo-priority", "bilinear", "Huang et al. 2025", "eqs 2–19, Algorithm 1",
             "SLO-aware priority mapping: the priority order and static batches that maximize "
@@ -86,9 +96,9 @@ PROBLEMS: dict[str, ProblemInfo] = {
              "workers": "cpsat: CP-SAT threads",
              "method": "cpsat: parametric | dinkelbach",
              "formulation": "cpsat: intervals | slots"},
-            solve="llmopt.problems.slo_priority.solve:solve"),
-    ]
-}
+            solve="llmopt.problems.slo_priority.solve:solve",
+            check="llmopt.validate.slo_priority:check_slo_priority"),
+])
 
 FAMILIES: dict[str, FamilyInfo] = {
     f.family: f for f in [

@@ -41,7 +41,7 @@ from llmopt.data.ranges import (
 )
 from llmopt.errors import LlmoptError
 from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256_of, validated
-from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES
+from llmopt.policies.registry import POLICIES, ROUTERS, Engine
 from llmopt.problems.registry import PROBLEMS
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
 from llmopt.version import __version__
@@ -371,7 +371,7 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
             fail("policy", f"unknown policy (known: {', '.join(POLICIES)})")
         if params.get("router") is not None and params["router"] not in ROUTERS:
             fail("router", f"unknown router (known: {', '.join(ROUTERS)})")
-        if params.get("router") is not None and policy in SLICE_POLICIES:
+        if params.get("router") is not None and POLICIES[policy].engine is Engine.SLICE:
             fail("router", f"{policy} is a slice-level scheduler: it dispatches by its own "
                  "rule, no router applies")
         for name in ("solver", "time_limit_s", *SOLVE_OPTIONS):

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from llmopt.plugins import load
+from llmopt.problems.registry import PROBLEMS
 from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
 
 if TYPE_CHECKING:
@@ -32,14 +33,10 @@ if TYPE_CHECKING:
 
 Checker = Callable[["Instance", dict[str, Any], Verdict], Evidence]
 
-# the checker of each problem's solution files ("module:function", loaded when used)
+# the checkers of the files that are no registered problem's ("module:function", loaded when
+# used); a registered problem names its own (``ProblemInfo.check``)
 CHECKERS: dict[str, str | Checker] = {
-    "binpacking": "llmopt.validate.binpacking:check_binpacking",
     "replay": "llmopt.validate:check_any_replay",
-    "pd-competition": "llmopt.validate.pd_competition:check_pd_competition",
-    "infermax-csp": "llmopt.validate.infermax:check_infermax",
-    "scls-batching": "llmopt.validate.scls:check_scls_batching",
-    "slo-priority": "llmopt.validate.slo_priority:check_slo_priority",
 }
 # the checker of each mode of replay (a schedule on the simulation core by default)
 REPLAY_CHECKERS: dict[str, str | Checker] = {
@@ -64,13 +61,21 @@ def check_solution(instance: Instance, solution: dict[str, Any]) -> Verdict:
         return verdict
     verdict.reasons += check_header(instance, solution)
     problem = solution.get("problem")
-    checker = CHECKERS.get(problem) if isinstance(problem, str) else None
+    checker = checker_of(problem) if isinstance(problem, str) else None
     if checker is None:
         verdict.reasons.append(f"unknown problem {problem!r}")
         return verdict
     evidence = load(checker)(instance, solution, verdict)
     check_claims(solution, evidence, verdict)
     return verdict
+
+
+def checker_of(problem: str) -> str | Checker | None:
+    """The checker of ``problem``'s solution files, None when llmopt knows none."""
+    if problem in CHECKERS:
+        return CHECKERS[problem]
+    info = PROBLEMS.get(problem)
+    return info.check if info is not None and info.check else None
 
 
 def validate_solution(instance: Instance, solution: dict[str, Any]) -> list[str]:
