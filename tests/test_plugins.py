@@ -106,3 +106,25 @@ def test_the_trace_format_reads(site, tmp_path):
 def test_without_the_package_none_of_it_is_known(tmp_path):
     res = llmopt(tmp_path, "list", "policies", "--markdown")
     assert res.returncode == 0 and "shortest-prompt-first" not in res.stdout
+
+
+GUIDE = ROOT / "docs" / "guide.md"
+
+
+@pytest.mark.parametrize("title", ["Add your own scheduler", "Add your own problem"])
+def test_the_guide_examples_run_and_print_what_it_shows(title, monkeypatch, capsys):
+    from llmopt.policies.registry import POLICIES
+    from llmopt.problems.registry import PROBLEMS
+
+    text = GUIDE.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = text.split("```text\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)  # the examples name instances relative to the repository
+    before = (set(POLICIES), set(PROBLEMS))
+    try:
+        exec(compile(code, str(GUIDE), "exec"), {"__name__": "guide"})
+        assert capsys.readouterr().out == shown
+    finally:
+        for registry, names in zip((POLICIES, PROBLEMS), before, strict=True):
+            for name in set(registry) - names:
+                del registry[name]
