@@ -14,6 +14,31 @@ from llmopt.plugins import Registry
 
 
 @dataclass(frozen=True)
+class Option:
+    """One of a problem's own options (``llmopt solve --NAME``, the keyword of
+    ``llmopt.solve``, a sweep cell's parameter): its type, its help and the range the command
+    line holds it to (``low`` and ``high`` inclusive; the problem checks the rest). Unset, the
+    problem's default applies."""
+
+    kind: type            # int, float, str or bool
+    help: str
+    low: float | None = None
+    high: float | None = None
+
+
+def _int(help_: str, low: int = 1) -> Option:
+    return Option(int, help_, low=low)
+
+
+def _positive(help_: str) -> Option:
+    return Option(float, help_, low=0.0)
+
+
+def _choice(help_: str) -> Option:
+    return Option(str, help_)
+
+
+@dataclass(frozen=True)
 class ProblemInfo:
     name: str
     family: str                   # the cost-profile family it needs
@@ -21,7 +46,7 @@ class ProblemInfo:
     equations: str
     summary: str
     solvers: tuple[str, ...]      # the first is the default
-    options: dict[str, str] = field(default_factory=dict)  # its own options and their help
+    options: dict[str, Option] = field(default_factory=dict)  # its own options
     solve: str | Callable[..., Any] = ""  # "module:function" or the function: (instance,
     #                               solver, time_limit_s, progress, **options) -> Result
     #: the independent checker of its solution files (``llmopt validate``, which never runs
@@ -60,10 +85,12 @@ PROBLEMS: Registry[ProblemInfo] = Registry("llmopt.problems", ProblemInfo, [
             "the prefill-decode competition schedule: which requests each prefill stage takes "
             "and how long each decode stage runs",
             ("auto", "highs", "cpsat"),
-            {"formulation": "original (eqs 1–25) | compact", "bins": "number of bins K",
-             "time_model": "stage (the MIP's) | replay (batch-dependent rounds)",
-             "literal": "original: eq 13 as printed, no w ≤ d link",
-             "cuts": "original: symmetry cuts and valid inequalities"},
+            {"formulation": _choice("original (eqs 1–25) | compact"),
+             "bins": _int("number of bins K"),
+             "time_model": _choice("stage (the MIP's) | replay (batch-dependent rounds)"),
+             "literal": Option(bool, "original: eq 13 as printed, no w ≤ d link"),
+             "cuts": Option(bool, "original: symmetry cuts and valid inequalities (default: "
+                                  "with)")},
             solve="llmopt.problems.pang.pd_competition:solve",
             check="llmopt.validate.pd_competition:check_pd_competition"),
         ProblemInfo(
@@ -71,7 +98,7 @@ PROBLEMS: Registry[ProblemInfo] = Registry("llmopt.problems", ProblemInfo, [
             "optimal continuous batching: the batches (chunks, decodes, evictions) of least "
             "total latency under the InferMax cost model",
             ("auto", "cpsat", "highs"),
-            {"bins": "number of batches N", "workers": "CP-SAT threads"},
+            {"bins": _int("number of batches N"), "workers": _int("CP-SAT threads")},
             solve="llmopt.problems.infermax.csp:solve",
             check="llmopt.validate.infermax:check_infermax"),
         ProblemInfo(
@@ -79,9 +106,10 @@ PROBLEMS: Registry[ProblemInfo] = Registry("llmopt.problems", ProblemInfo, [
             "serving-time-oriented batching: padded static batches of least total serving "
             "time for one slice, none out of memory (DP, or exact over all partitions)",
             ("dp", "cpsat", "brute"),
-            {"slice_length": "slice length S (default 128)", "workers": "CP-SAT threads",
-             "formulation": "cpsat: counts (default) | assignment",
-             "max_size": "at most this many requests per batch (PM: 12 DS, 16 HF)"},
+            {"slice_length": _int("slice length S (default 128)"),
+             "workers": _int("CP-SAT threads"),
+             "formulation": _choice("cpsat: counts (default) | assignment"),
+             "max_size": _int("at most this many requests per batch (PM: 12 DS, 16 HF)")},
             solve="llmopt.problems.scls.partition:solve",
             check="llmopt.validate.scls:check_scls_batching"),
         ProblemInfo(
@@ -89,13 +117,16 @@ PROBLEMS: Registry[ProblemInfo] = Registry("llmopt.problems", ProblemInfo, [
             "SLO-aware priority mapping: the priority order and static batches that maximize "
             "G = met requests / total latency (exact CP-SAT, simulated annealing, exhaustive)",
             ("auto", "cpsat", "sa", "exhaustive"),
-            {"max_batch": "maximum batch size (default: system.clients)",
-             "seed": "sa: random seed", "acceptance": "sa: metropolis | literal",
-             "t0": "sa: initial temperature", "t_thres": "sa: threshold temperature",
-             "iters": "sa: moves per temperature", "tau": "sa: temperature decay",
-             "workers": "cpsat: CP-SAT threads",
-             "method": "cpsat: parametric | dinkelbach",
-             "formulation": "cpsat: intervals | slots"},
+            {"max_batch": _int("maximum batch size (default: system.clients)"),
+             "seed": _int("sa: random seed", low=0),
+             "acceptance": _choice("sa: metropolis | literal"),
+             "t0": _positive("sa: initial temperature (> 0)"),
+             "t_thres": _positive("sa: threshold temperature (> 0)"),
+             "iters": _int("sa: moves per temperature"),
+             "tau": Option(float, "sa: temperature decay (between 0 and 1)", 0.0, 1.0),
+             "workers": _int("cpsat: CP-SAT threads"),
+             "method": _choice("cpsat: parametric | dinkelbach"),
+             "formulation": _choice("cpsat: intervals | slots")},
             solve="llmopt.problems.slo_priority.solve:solve",
             check="llmopt.validate.slo_priority:check_slo_priority"),
 ])
