@@ -41,8 +41,8 @@ from llmopt.data.ranges import (
 )
 from llmopt.errors import LlmoptError
 from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256_of, validated
-from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES
-from llmopt.problems.registry import PROBLEMS
+from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES, policy_names
+from llmopt.problems.registry import PROBLEMS, problem_names
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
 from llmopt.version import __version__
 
@@ -181,6 +181,8 @@ class InstanceSource:
     sha256: str
     generated: bool
     traced: bool
+    family: str       # its cost profile's family: the policies and problems that run on it
+    has_slos: bool
 
 
 @dataclass(frozen=True)
@@ -217,9 +219,10 @@ class Sweep:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file; every cell is checked before any runs (unknown policy,
-    problem, solver or parameter, an out-of-range value, an empty grid: one error naming the
-    field)."""
+    """Read and check a sweep file; every cell, and every search probe, is checked before any
+    runs (unknown policy, problem, solver or parameter, a policy or problem of another profile
+    family, a parameter the instance cannot vary, an out-of-range value, an empty grid: one
+    error naming the field)."""
     path = Path(path)
     data = load_yaml_mapping(path, "sweep file")
     doc: _SweepDoc = validated(_SweepDoc, data, file=path, error=SweepError)
@@ -237,7 +240,7 @@ def load_sweep(path: str | Path) -> Sweep:
     metrics = _check_metrics(doc, path)
     search_groups: list[dict[str, Any]] = []
     if doc.search is not None:
-        _check_search(doc.search, raw, path)
+        _check_search(doc.search, raw, sources, path)
         search_groups = [p for _, p in raw]
         raw = []
     cells = [make_cell(p, sources[p["instance"]], doc.validate_) for _, p in raw]
@@ -286,7 +289,8 @@ def _sources(doc: _SweepDoc, path: Path) -> dict[str, InstanceSource]:
         sources[inst.name] = InstanceSource(
             name=inst.name, mapping=mapping, base_dir=str(base_dir), file=shown,
             sha256=inst.sha256, generated=isinstance(requests, dict) and "generate" in requests,
-            traced=isinstance(requests, dict) and "trace" in requests)
+            traced=isinstance(requests, dict) and "trace" in requests,
+            family=inst.profile.family, has_slos=inst.has_slos)
     return sources
 
 
@@ -355,10 +359,13 @@ def expand_range(value: Any, path: Path, where: str) -> Any:
 
 
 def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path: Path,
-                where: str) -> None:
+                where: str, searched: str | None = None) -> None:
+    """Refuse a cell that cannot run; ``searched``: the search's parameter, set in ``params``
+    to a probe's value (its mistakes name ``search.parameter``)."""
     def fail(name: str, reason: str) -> NoReturn:
-        field_ = f"{where}.{name}" if where != "grid" else f"grid.{name}"
-        raise SweepError(reason, file=path, field=field_, value=params.get(name))
+        if name == searched:
+            raise SweepError(reason, file=path, field="search.parameter", value=name)
+        raise SweepError(reason, file=path, field=f"{where}.{name}", value=params.get(name))
 
     if params["instance"] not in sources:
         fail("instance", f"unknown instance (known: {', '.join(sources)})")
@@ -369,6 +376,9 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
     if policy is not None:
         if policy not in POLICIES:
             fail("policy", f"unknown policy (known: {', '.join(POLICIES)})")
+        if policy == "plan":
+            fail("policy", "replays a solution file (llmopt replay --plan), which a sweep "
+                 "cannot give; solve the problem in a cell (problem: ...) instead")
         if params.get("router") is not None and params["router"] not in ROUTERS:
             fail("router", f"unknown router (known: {', '.join(ROUTERS)})")
         if params.get("router") is not None and policy in SLICE_POLICIES:
@@ -389,14 +399,23 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
         if "router" in params:
             fail("router", "applies to replays (policy), not to solves (problem)")
     source = sources[params["instance"]]
+    if policy is not None and POLICIES[policy].family not in ("any", source.family):
+        fail("policy", f"runs on profiles of family {POLICIES[policy].family}; instance "
+             f"{source.name}'s model is of family {source.family} (its policies: "
+             f"{', '.join(p for p in policy_names(source.family) if p != 'plan')})")
+    if problem is not None and PROBLEMS[problem].family != source.family:
+        fail("problem", f"needs a profile of family {PROBLEMS[problem].family}; instance "
+             f"{source.name}'s model is of family {source.family} (its problems: "
+             f"{', '.join(problem_names(source.family)) or 'none'})")
     if "seed" in params and not source.generated:
         fail("seed", f"instance {source.name} is not generated (requests.generate)")
-    if "rate_per_s" in params and not (source.generated or source.traced):
-        fail("rate_per_s", f"instance {source.name} lists its requests; rate_per_s applies to "
-             "generated and trace workloads")
-    if "count" in params and not (source.generated or source.traced):
-        fail("count", f"instance {source.name} lists its requests; count applies to "
-             "generated and trace workloads")
+    for name in ("rate_per_s", "count"):
+        if name in params and not (source.generated or source.traced):
+            fail(name, f"instance {source.name} lists its requests; {name} applies to "
+                 "generated and trace workloads")
+    if "slo_scale" in params and not source.has_slos:
+        fail("slo_scale", f"instance {source.name} has no SLO targets (an slo section) to "
+             "scale")
 
 
 def _check_metrics(doc: _SweepDoc, path: Path) -> list[str]:
@@ -413,7 +432,7 @@ def _check_metrics(doc: _SweepDoc, path: Path) -> list[str]:
 
 
 def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
-                  path: Path) -> None:
+                  sources: dict[str, InstanceSource], path: Path) -> None:
     if search.parameter not in NUMERIC_PARAMETERS:
         raise SweepError(f"not a numeric parameter (one of: {', '.join(NUMERIC_PARAMETERS)})",
                          file=path, field="search.parameter", value=search.parameter)
@@ -439,6 +458,25 @@ def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
             why = str(exc).rsplit(": ", 1)[-1]   # the range's own words, e.g. greater than 0
             raise SweepError(f"out of the range of {search.parameter} ({why})", file=path,
                              field=f"search.{bound_name}", value=value) from None
+    for where, params in raw:  # every probe as a cell of its own, as a grid axis would be
+        probe = {**params, search.parameter: probe_value(search.parameter, search.low)}
+        _check_cell(probe, sources, path, where, searched=search.parameter)
+        _check_search_metric(search, probe, sources[params["instance"]], path)
+
+
+def _check_search_metric(search: SearchSpec, params: dict[str, Any], source: InstanceSource,
+                         path: Path) -> None:
+    """The searched metric is one the group's cells give: a solve's or a replay's, and an
+    attainment only on an instance with SLO targets."""
+    kind = "solve" if params.get("problem") else "replay"
+    given = SOLVE_METRICS if kind == "solve" else REPLAY_METRICS
+    if search.metric not in given:
+        raise SweepError(f"not a metric of a {kind} ({kind} cells give: {', '.join(given)})",
+                         file=path, field="search.metric", value=search.metric)
+    if search.metric in ATTAINMENT_METRICS and not source.has_slos:
+        raise SweepError(f"instance {source.name} has no SLO targets (an slo section); "
+                         f"{search.metric} is measured against them", file=path,
+                         field="search.metric", value=search.metric)
 
 
 def probe_value(parameter: str, value: float) -> float | int:
