@@ -105,6 +105,8 @@ BAD = [
      "metric: objective, at_most: 1000}\n", "search.metric", "not a metric of a replay"),
     ("grid: {policy: [baseline]}\nsearch: {parameter: clients, low: 1, high: 10, "
      "metric: attainment, at_least: 0.9}\n", "search.metric", "no SLO targets"),
+    ("grid: {policy: [baseline]}\nsearch: {parameter: clients, low: 1, high: 10, "
+     "metric: attainment, at_least: 90}\n", "search.at_least", "a share in [0, 1]"),
 ]
 
 

@@ -143,6 +143,9 @@ REPLAY_METRICS = (
     "pad_tokens_per_request", "invalid_tokens_per_request", "slices_per_request")
 SOLVE_METRICS = ("status", "objective", "bound", "gap", "solve_runtime_s", "replay_makespan_ms")
 METRICS = REPLAY_METRICS + tuple(m for m in SOLVE_METRICS if m not in REPLAY_METRICS)
+#: metrics that are shares in [0, 1] (attainment 0.9 is 90 %)
+SHARE_METRICS = ("utilization", "gap_to_bound", "gap",
+                 *(m for m in ATTAINMENT_METRICS if m.startswith("attainment")))
 
 
 class SearchSpec(_Strict):
@@ -445,6 +448,11 @@ def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
                          field="search.metric", value=search.metric)
     if (search.at_least is None) == (search.at_most is None):
         raise SweepError("give exactly one of at_least and at_most", file=path, field="search")
+    threshold = "at_least" if search.at_least is not None else "at_most"
+    value = getattr(search, threshold)
+    if search.metric in SHARE_METRICS and not 0 <= value <= 1:
+        raise SweepError(f"{search.metric} is a share in [0, 1] (90 % is 0.9)", file=path,
+                         field=f"search.{threshold}", value=value)
     for where, params in raw:
         if search.parameter in params:
             raise SweepError("is the searched parameter; remove it from the grid and cells",
