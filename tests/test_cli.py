@@ -270,3 +270,11 @@ def test_only_llmopts_own_warnings_are_printed_as_one_line():
         show(LlmoptWarning("a trace was sorted"), LlmoptWarning, "x.py", 1)
     show(UserWarning("no artists with labels"), UserWarning, str(ROOT / "llmopt" / "x.py"), 1)
     assert printed == ["warning: a trace was sorted"] and passed_on == [UserWarning]
+
+
+def test_version_option_prints_the_version(cli):
+    from llmopt.version import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"llmopt {__version__}"

@@ -3,6 +3,8 @@ choices and help come from the registries. Error policy: ``common.command``."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from llmopt.cli import (
@@ -18,6 +20,7 @@ from llmopt.cli import (
 )
 from llmopt.cli.common import OneLineUsageErrors
 from llmopt.signals import sigterm_as_interrupt
+from llmopt.version import __version__
 
 app = typer.Typer(
     name="llmopt",
@@ -27,6 +30,21 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"llmopt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print llmopt's version and exit.")] = False) -> None:
+    """Optimal schedules, proven lower bounds and heuristic replays for LLM inference."""
+
+
 app.command()(solve.solve)
 app.command()(bound.bound)
 app.command()(validate.validate)
