@@ -278,3 +278,15 @@ def test_version_option_prints_the_version(cli):
     result = cli("--version")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"llmopt {__version__}"
+
+
+@pytest.mark.parametrize(("args", "suggested"), [
+    (("replay", TOY / "infermax-tiny.yaml", "--policy", "sarathii"), "'sarathi'"),
+    (("solve", TOY / "quickstart.yaml", "--problem", "binpackin"), "'binpacking'"),
+    (("replay", TOY / "quickstart.yaml", "--policy", "baseline", "--router", "round-robbin"),
+     "'round-robin'"),
+])
+def test_a_misspelt_name_gets_a_did_you_mean(cli, tmp_path, args, suggested):
+    result = cli(*args, "--out", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert f"did you mean {suggested}" in result.stderr

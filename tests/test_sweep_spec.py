@@ -60,6 +60,7 @@ def test_log_range_and_generator_parameters(tmp_path):
 
 BAD = [
     ("grid: {policy: [nosuch]}\n", "grid.policy", "unknown policy"),
+    ("grid: {policy: [baselin]}\n", "grid.policy", "did you mean 'baseline'?"),
     ("grid: {policy: [baseline], colour: [1]}\n", "grid.colour", "unknown field"),
     ("grid: {}\n", "grid", "empty"),
     ("grid: {policy: []}\n", "grid.policy", "at least 1"),

@@ -24,7 +24,7 @@ from llmopt.cli.common import (
     write_solution,
 )
 from llmopt.data.instance import Instance, load_instance
-from llmopt.errors import LlmoptError, OptionError, SolutionFileError
+from llmopt.errors import LlmoptError, OptionError, SolutionFileError, unknown_name
 from llmopt.files import out_path
 from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
 from llmopt.policies.replay import replay_result
@@ -49,8 +49,9 @@ def parse_policies(text: str | None, family: str, command: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
-        raise OptionError(f"unknown policy (known: {', '.join(POLICIES)})",
-                          field="--policy", value=unknown[0] if unknown else text)
+        shown = unknown[0] if unknown else text
+        raise OptionError(unknown_name("policy", shown, POLICIES), field="--policy",
+                          value=shown)
     return names
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError
+from llmopt.errors import OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES, check_family
@@ -29,10 +29,10 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
                router: str | None = None, progress: Progress = SILENT) -> Deployment:
     """The policies and router that replay ``policy`` on ``instance``."""
     if policy not in POLICIES:
-        raise OptionError(f"unknown policy (known: {', '.join(POLICIES)})", field="--policy",
+        raise OptionError(unknown_name("policy", policy, POLICIES), field="--policy",
                           value=policy)
     if router is not None and router not in ROUTERS:
-        raise OptionError(f"unknown router (known: {', '.join(ROUTERS)})", field="--router",
+        raise OptionError(unknown_name("router", router, ROUTERS), field="--router",
                           value=router)
     check_family(instance, policy)
     if policy in SLICE_POLICIES:

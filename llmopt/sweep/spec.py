@@ -39,7 +39,7 @@ from llmopt.data.ranges import (
     MAX_REQUESTS,
     MAX_TOKENS,
 )
-from llmopt.errors import LlmoptError
+from llmopt.errors import LlmoptError, unknown_name
 from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256_of, validated
 from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES, policy_names
 from llmopt.problems.registry import PROBLEMS, problem_names
@@ -371,19 +371,19 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
         raise SweepError(reason, file=path, field=f"{where}.{name}", value=params.get(name))
 
     if params["instance"] not in sources:
-        fail("instance", f"unknown instance (known: {', '.join(sources)})")
+        fail("instance", unknown_name("instance", params["instance"], sources))
     policy, problem = params.get("policy"), params.get("problem")
     if (policy is None) == (problem is None):
         raise SweepError("each cell needs exactly one of policy (a replay) and problem (a "
                          "solve)", file=path, field=where, value=params)
     if policy is not None:
         if policy not in POLICIES:
-            fail("policy", f"unknown policy (known: {', '.join(POLICIES)})")
+            fail("policy", unknown_name("policy", policy, POLICIES))
         if policy == "plan":
             fail("policy", "replays a solution file (llmopt replay --plan), which a sweep "
                  "cannot give; solve the problem in a cell (problem: ...) instead")
         if params.get("router") is not None and params["router"] not in ROUTERS:
-            fail("router", f"unknown router (known: {', '.join(ROUTERS)})")
+            fail("router", unknown_name("router", params["router"], ROUTERS))
         if params.get("router") is not None and policy in SLICE_POLICIES:
             fail("router", f"{policy} is a slice-level scheduler: it dispatches by its own "
                  "rule, no router applies")
@@ -392,10 +392,10 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
                 fail(name, "applies to solves (problem), not to replays (policy)")
     else:
         if problem not in PROBLEMS:
-            fail("problem", f"unknown problem (known: {', '.join(PROBLEMS)})")
+            fail("problem", unknown_name("problem", problem, PROBLEMS))
         info = PROBLEMS[str(problem)]
         if params.get("solver") is not None and params["solver"] not in info.solvers:
-            fail("solver", f"unknown solver for {problem} (known: {', '.join(info.solvers)})")
+            fail("solver", unknown_name(f"solver for {problem}", params["solver"], info.solvers))
         for name in SOLVE_OPTIONS:
             if name in params and name not in info.options:
                 fail(name, f"not an option of problem {problem}")
@@ -429,7 +429,7 @@ def _check_metrics(doc: _SweepDoc, path: Path) -> list[str]:
                          field="metrics")
     for i, name in enumerate(doc.metrics):
         if name not in METRICS:
-            raise SweepError(f"unknown metric (known: {', '.join(METRICS)})", file=path,
+            raise SweepError(unknown_name("metric", name, METRICS), file=path,
                              field=f"metrics[{i}]", value=name)
     return list(dict.fromkeys(doc.metrics))
 
@@ -443,8 +443,8 @@ def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
         raise SweepError(f"must be above low ({search.low:g})", file=path, field="search.high",
                          value=search.high)
     if search.metric not in METRICS or search.metric == "status":
-        raise SweepError("unknown metric (known: "
-                         f"{', '.join(m for m in METRICS if m != 'status')})", file=path,
+        raise SweepError(unknown_name("metric", search.metric,
+                                      (m for m in METRICS if m != "status")), file=path,
                          field="search.metric", value=search.metric)
     if (search.at_least is None) == (search.at_most is None):
         raise SweepError("give exactly one of at_least and at_most", file=path, field="search")
