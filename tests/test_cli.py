@@ -290,3 +290,28 @@ def test_a_misspelt_name_gets_a_did_you_mean(cli, tmp_path, args, suggested):
     result = cli(*args, "--out", tmp_path)
     assert result.exit_code == 2, result.output
     assert f"did you mean {suggested}" in result.stderr
+
+
+def _replay_table(tmp_path, columns: str | None) -> str:
+    """``llmopt replay`` of an SLO instance (eleven columns) printed to a pipe, not a
+    terminal, with ``COLUMNS`` set or not."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    args = ["replay", str(TOY / "huang-chat-code.yaml"), "--policy", "huang-vllm", "--no-plot",
+            "--out", str(tmp_path)]
+    done = subprocess.run([sys.executable, "-m", "llmopt", *args], capture_output=True,
+                          text=True, env=env, check=True)
+    return done.stdout
+
+
+def test_tables_in_a_log_cut_no_value_and_honour_columns(tmp_path):
+    piped = _replay_table(tmp_path, None)
+    assert "…" not in piped
+    assert " huang-vllm │" in piped  # the first column whole (was 'huang-v…' at 120 columns)
+    assert all(len(line) <= 120 for line in piped.splitlines() if "│" in line or "┃" in line)
+    wide = _replay_table(tmp_path, "200")
+    header = next(line for line in wide.splitlines() if "policy" in line)
+    assert "TTFT p50 (s)" in header and "SLO met" in header  # one header line: nothing wrapped

@@ -28,6 +28,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
@@ -40,7 +41,9 @@ from llmopt.progress import ConsoleProgress
 from llmopt.result import Result
 from llmopt.version import __version__
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+# tables fit COLUMNS when set, else the terminal, else (a log, a pipe) 120 columns
+out = Console(highlight=False, width=None if sys.stdout.isatty()
+              or os.environ.get("COLUMNS", "").isdigit() else 120)
 err = Console(stderr=True, highlight=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -186,6 +189,38 @@ def write_crash_log() -> str:
 
 def progress(verbose: bool) -> ConsoleProgress:
     return ConsoleProgress(verbose=verbose)
+
+
+def print_table(table: Table) -> None:
+    """Print ``table`` on stdout without cutting a value: when it is wider than the console
+    (COLUMNS, the terminal, or 120 columns), the widest columns wrap at spaces (headers, text)
+    down to their longest word; the first column (the names) never narrows; a table that cannot
+    fit even so is printed at its narrowest, wider than the console."""
+    wide = out.options.update_width(1_000_000)
+    floors, widths = [], []
+    for k, column in enumerate(table.columns):
+        sizes = [Measurement.get(out, wide, cell) for cell in [column.header, *column.cells]]
+        widths.append(max(m.maximum for m in sizes))
+        floors.append(widths[-1] if k == 0 else max(m.minimum for m in sizes))
+    spare = Measurement.get(out, wide, table).maximum - sum(widths)  # padding and rules
+    excess = sum(widths) + spare - out.width
+    if excess <= 0:
+        out.print(table)
+        return
+    while excess > 0:
+        narrower = [k for k in range(len(widths)) if widths[k] > floors[k]]
+        if not narrower:
+            break
+        widths[max(narrower, key=lambda k: widths[k])] -= 1
+        excess -= 1
+    for column, width in zip(table.columns, widths, strict=True):
+        column.width, column.no_wrap = width, False
+    saved = out.width
+    out.width = max(saved, sum(widths) + spare)
+    try:
+        out.print(table)
+    finally:
+        out.width = saved
 
 
 def fmt_ms(x: float | None) -> str:

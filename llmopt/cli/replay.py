@@ -19,6 +19,7 @@ from llmopt.cli.common import (
     metrics_table,
     out,
     policy_help,
+    print_table,
     progress,
     router_help,
     write_solution,
@@ -128,9 +129,9 @@ offline, online, hybrid; InferMax: every scheduler)."""
         written.append(plots.save(slo_cdf_figure(inst, schedules),
                                   out_path(out_dir, inst.name, "slo-cdf.png")))
     if rows:
-        out.print(metrics_table(rows))
+        print_table(metrics_table(rows))
     if slice_rows:
-        out.print(slice_metrics_table(slice_rows))
+        print_table(slice_metrics_table(slice_rows))
     for path in written:
         out.print(f"wrote {path}")
     for name, reason in failed:

@@ -19,6 +19,7 @@ from llmopt.cli.common import (
     err,
     fmt_ms,
     out,
+    print_table,
     problem_help,
     progress,
     solver_help,
@@ -113,7 +114,7 @@ def show(result: Result) -> None:
     table.add_row(result.problem, result.solver, result.status, fmt_ms(result.objective),
                   fmt_ms(result.bound), "—" if gap is None else f"{gap:.2%}",
                   f"{result.runtime_s:.2f} s")
-    out.print(table)
+    print_table(table)
     if result.proof:
         out.print(f"proof: {result.proof}")
     for note in result.notes:

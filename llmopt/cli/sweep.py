@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from llmopt.cli.common import OneLineUsageErrors, check_out_dir, command, err, out
+from llmopt.cli.common import OneLineUsageErrors, check_out_dir, command, err, out, print_table
 from llmopt.errors import InputFileError, OptionError
 from llmopt.report import plot as plots
 from llmopt.report.sweep_plot import check_columns, default_axes, plot_lines, plot_spread
@@ -168,7 +168,7 @@ def _summary(sweep: Sweep, report: SweepReport) -> None:
         name = sweep.search.parameter
         out.print(f"largest {name} with {report.search['target'].iloc[0]} (bisection; "
                   f"first failing: the smallest {name} probed that misses it):")
-        out.print(_frame_table(shown_search.rename(columns={
+        print_table(_frame_table(shown_search.rename(columns={
             f"largest_{name}": "largest", f"first_failing_{name}": "first failing",
             f"{sweep.search.metric}_at_largest": f"{sweep.search.metric} at largest",
             f"{sweep.search.metric}_at_first_failing":
