@@ -314,4 +314,20 @@ def test_tables_in_a_log_cut_no_value_and_honour_columns(tmp_path):
     assert all(len(line) <= 120 for line in piped.splitlines() if "│" in line or "┃" in line)
     wide = _replay_table(tmp_path, "200")
     header = next(line for line in wide.splitlines() if "policy" in line)
-    assert "TTFT p50 (s)" in header and "SLO met" in header  # one header line: nothing wrapped
+    assert "TTFT p50 (ms)" in header and "SLO met" in header  # one header line: nothing wrapped
+
+
+def test_replay_and_compare_show_one_instances_times_in_the_same_units(cli, tmp_path):
+    """One rule (llmopt.report.units): a time column whose largest value is under 10 s in ms,
+    else in s; replay printed seconds (0.03 s) where compare printed ms for the same run."""
+    replayed = cli("replay", TOY / "infermax-tiny.yaml", "--policy", "vllm,sarathi",
+                   "--no-plot", "--out", tmp_path)
+    compared = cli("compare", TOY / "infermax-tiny.yaml", "--policy", "vllm,sarathi",
+                   "--no-optimize", "--out", tmp_path)
+    assert replayed.exit_code == 0 and compared.exit_code == 0, replayed.output + compared.output
+    for column in ("TTFT p50 (ms)", "TPOT p50 (ms)"):
+        assert column in replayed.output and column in compared.output
+    assert "total (ms)" in replayed.output and "total time (ms)" in compared.output
+    # the same makespan, printed alike by both
+    makespan = read_solution(tmp_path / "infermax-tiny" / "replay-vllm.json")["objective"]
+    assert f"{makespan:,.2f}" in replayed.output and f"{makespan:,.2f}" in compared.output

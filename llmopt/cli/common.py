@@ -38,6 +38,7 @@ from llmopt.files import write_atomic
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import PROBLEMS
 from llmopt.progress import ConsoleProgress
+from llmopt.report.units import time_column
 from llmopt.result import Result
 from llmopt.version import __version__
 
@@ -232,20 +233,23 @@ def _share(x: float | None) -> str:
 
 
 def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
-    """Replay metrics, with the SLO attainment columns when the instance has SLOs."""
-    table = Table(show_edge=False, header_style="bold")
+    """Replay metrics, with the SLO attainment columns when the instance has SLOs; each time
+    column in ms or s by the one rule of ``llmopt.report.units``."""
+    times = [time_column(name, [m[key] for _, m in rows])
+             for name, key in (("total", "makespan_ms"), ("TTFT p50", "ttft_p50_ms"),
+                               ("TPOT p50", "tpot_p50_ms"), ("E2E p99", "e2e_p99_ms"))]
     slo = any("attainment" in m for _, m in rows)
     slo_cols = ("SLO met", "TTFT met", "TPOT met") if slo else ()
-    for col in ("policy", "total (s)", "utilization", "tokens/s", "TTFT p50 (s)",
-                "TPOT p50 (ms)", "E2E p99 (s)", "iterations", *slo_cols):
+    (total, totals), (ttft, ttfts), (tpot, tpots), (e2e, e2es) = times
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("policy", total, "utilization", "tokens/s", ttft, tpot, e2e, "iterations",
+                *slo_cols):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for name, m in rows:
-        shares = [_share(m.get(k)) for k in ("attainment", "attainment_ttft",
-                                             "attainment_tpot")] if slo else []
-        table.add_row(name, f"{m['makespan_ms'] / 1000:.2f}", f"{m['utilization']:.2%}",
-                      f"{m['tokens_per_s']:.1f}", f"{m['ttft_p50_ms'] / 1000:.2f}",
-                      f"{m['tpot_p50_ms']:.1f}", f"{m['e2e_p99_ms'] / 1000:.2f}",
-                      f"{m['iterations']:,}", *shares)
+    for k, (name, m) in enumerate(rows):
+        shares = [_share(m.get(key)) for key in ("attainment", "attainment_ttft",
+                                                 "attainment_tpot")] if slo else []
+        table.add_row(name, totals[k], f"{m['utilization']:.2%}", f"{m['tokens_per_s']:.1f}",
+                      ttfts[k], tpots[k], e2es[k], f"{m['iterations']:,}", *shares)
     return table
 
 

@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.files import write_atomic
+from llmopt.report.units import time_unit
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -96,11 +97,6 @@ def save(ax: Axes, path: str | Path, dpi: int = 120) -> Path:
 
 PHASE_COLORS = {"prefill": "#f28e2b", "decode": "#4e79a7", "refill": "#b07aa1"}
 EVICT_COLOR = "#e15759"
-
-
-def time_unit(max_ms: float) -> tuple[str, float]:
-    """Milliseconds for schedules shorter than two seconds, else seconds."""
-    return ("ms", 1.0) if max_ms < 2000 else ("s", 1000.0)
 
 
 def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
