@@ -20,7 +20,6 @@ from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES, check_fa
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.schedule import Schedule
-from llmopt.schedule.metrics import slo_metrics
 from llmopt.sim.cluster import Deployment, simulate
 from llmopt.version import __version__
 
@@ -85,7 +84,7 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
     t0 = time.perf_counter()
     schedule = replay(instance, policy, plan=plan, router=router, progress=progress)
     runtime = time.perf_counter() - t0
-    metrics = {**schedule.metrics(), **slo_metrics(schedule, instance)}
+    metrics = schedule.metrics(instance)
     result = Result(
         problem="replay", solver=policy, status="feasible",
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
