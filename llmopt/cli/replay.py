@@ -123,7 +123,7 @@ offline, online, hybrid; InferMax: every scheduler)."""
         written += [path, path.parent / sidecar_name(path)]
         if plot:
             ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
-                                    metrics=result.data["metrics"])
+                                    metrics=result.data["metrics"], requests=schedule.requests)
             written.append(plots.save(ax, base.with_suffix(".png")))
     if plot and schedules and inst.has_slos:
         written.append(plots.save(slo_cdf_figure(inst, schedules),

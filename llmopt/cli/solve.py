@@ -82,7 +82,8 @@ def solve(
         if result.schedule is not None:
             ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,
                                     policy=f"{result.problem} ({result.solver})",
-                                    metrics=result.data.get("metrics"))
+                                    metrics=result.data.get("metrics"),
+                                    requests=result.schedule.requests)
         else:
             ax = plots.plot_assignment(inst, result.to_dict(inst))
         out.print(f"wrote {plots.save(ax, base.with_suffix('.png'))}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
@@ -13,11 +14,13 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.ticker import MaxNLocator
 
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.files import write_atomic
 from llmopt.report.units import time_unit
+from llmopt.schedule.metrics import request_latencies
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -95,6 +98,9 @@ def save(ax: Axes, path: str | Path, dpi: int = 120) -> Path:
     return path
 
 
+# beside the chart, never over the work
+OUTSIDE_LEGEND: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.005, 1.0),
+                                  "fontsize": 8, "frameon": False, "borderaxespad": 0.0}
 PHASE_COLORS = {"prefill": "#f28e2b", "decode": "#4e79a7", "refill": "#b07aa1"}
 EVICT_COLOR = "#e15759"
 
@@ -154,8 +160,9 @@ def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
             ax.set_yticks([])
         ax.set_ylabel("request")
     else:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("client")
-    ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
+    ax.legend(handles=handles, **OUTSIDE_LEGEND)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -212,14 +219,20 @@ def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None,
         ax.axhline(capacity, color="crimson", lw=1, ls="--", label="capacity")
     ax.set_xlabel(f"time ({label})")
     ax.set_ylabel("KV tokens")
-    ax.legend(loc="upper right", fontsize=7, ncol=4)
+    ax.legend(**OUTSIDE_LEGEND)
     return ax
 
 
 def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str = "",
-                 metrics: dict[str, Any] | None = None, continuous: bool | None = None):
+                 metrics: dict[str, Any] | None = None, continuous: bool | None = None,
+                 requests=None):
     """Gantt chart with the KV-memory panel beneath (shared time axis). Continuous-batching
-    schedules of up to 64 requests get one row per request with evictions marked."""
+    schedules of up to 64 requests get one row per request with evictions marked. Each request's
+    arrival is marked on its row (its own, or its first client's) and its wait until first
+    scheduled drawn as a light grey line beneath the work. With ``requests`` (a schedule's
+    table of request times: ``request, first_token_ms, finish_ms``, e.g. ``Schedule.requests``)
+    and an instance with SLO targets, the requests that missed their SLO are outlined in red.
+    Charts of more than ``MARKED_REQUESTS_MAX`` requests get no per-request marks."""
     if continuous is None:
         continuous = bool((segments["phase"].isin(["evict", "refill"])).any()) or \
             getattr(instance.profile, "family", "") == "infermax"
@@ -231,75 +244,97 @@ def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str =
                              figsize=(11, height + (2.3 if with_kv else 0)),
                              gridspec_kw={"height_ratios": [height, 2.3]} if with_kv else None)
     ax = axes[0] if with_kv else axes
-    metrics = metrics or {}
     unit = time_unit(float(segments["end_ms"].max()) if len(segments) else 1.0)
-    title = f"{instance.name}: {policy}"
-    if metrics and continuous:
-        span = metrics["makespan_ms"]
-        title += (f" — total latency {span / unit[1]:.4g} {unit[0]}, "
-                  f"{metrics.get('evictions', 0)} evictions")
-    elif metrics:
-        title += (f" — utilization rate {metrics['utilization']:.2%}, total inference time "
-                  f"{metrics['makespan_ms'] / 1000:.2f} s")
-    plot_gantt(segments, instance.system.clients, ax=ax, title=title, by_request=by_request,
-               unit=unit, request_order=list(instance.ids))
-    if (getattr(instance.profile, "family", "") == "bilinear" and not by_request
-            and with_kv and instance.has_slos):
-        _mark_missed_slos(ax, instance, segments, iterations, unit)
+    plot_gantt(segments, instance.system.clients, ax=ax,
+               title=_gantt_title(instance, policy, metrics or {}, unit, continuous),
+               by_request=by_request, unit=unit, request_order=list(instance.ids))
+    if instance.num_requests <= MARKED_REQUESTS_MAX:
+        missed = _missed_slo(instance, requests) if requests is not None else set()
+        _mark_requests(ax, instance, segments, by_request, unit, missed)
     if with_kv:
         ax.set_xlabel("")
         plot_kv(iterations, resolve_limits(instance).kv_tokens, ax=axes[1], unit=unit)
     return ax
 
 
+def _gantt_title(instance: Instance, policy: str, metrics: dict[str, Any],
+                 unit: tuple[str, float], continuous: bool) -> str:
+    title = f"{instance.name}: {policy}"
+    if not metrics:
+        return title
+    parts = [f"makespan {metrics['makespan_ms'] / unit[1]:,.4g} {unit[0]}"]
+    parts.append(f"{metrics.get('evictions', 0)} evictions" if continuous
+                 else f"utilization {metrics['utilization']:.2%}")
+    if metrics.get("attainment") is not None:
+        parts.append(f"SLO met {metrics['attainment']:.1%}")
+    return f"{title} — {', '.join(parts)}"
+
+
+MARKED_REQUESTS_MAX = 5000
 MISSED_COLOR = "#d62728"
+ARRIVAL_COLOR = "#333333"
+WAIT_COLOR = "#9e9e9e"
 
 
-def _mark_missed_slos(ax: Axes, instance: Instance, segments, iterations,
-                      unit: tuple[str, float]) -> None:
-    """Outline in red, on its client's row, each request that missed its SLO (Huang et al.'s
-    slo-priority replays, bilinear profile: the first output token comes with the end of the
-    request's first decode iteration). Drawn only for that family: other charts are
-    unchanged."""
+def _missed_slo(instance: Instance, requests) -> set[str]:
+    """The ids of the requests whose latencies (from ``requests``' times) miss a target."""
+    if not instance.has_slos or not len(requests):
+        return set()
+    latencies = request_latencies(SimpleNamespace(requests=requests), instance)
+    return set(latencies.loc[~latencies["slo_met"], "request"])
+
+
+def _mark_requests(ax: Axes, instance: Instance, segments, by_request: bool,
+                   unit: tuple[str, float], missed: set[str]) -> None:
+    """On each request's row (its own, or its first client's): a tick at its arrival, a light
+    grey line from there to its first iteration (its wait; on a client's row it shows only
+    where the client was idle), and a red outline around its span when it missed its SLO."""
+    from matplotlib.collections import LineCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Rectangle
 
     work = segments[segments["phase"] != "evict"]
     if not len(work):
         return
-    spans = work.groupby("request", observed=True).agg(
+    spans = work.groupby(work["request"].astype(str), observed=True).agg(
         start=("start_ms", "min"), finish=("end_ms", "max"), client=("client", "first"),
         instance=("instance", "first"))
-    decode = work[work["phase"] == "decode"].groupby("request", observed=True)["start_ms"].min()
-    ends = {}
-    for inst, part in iterations.groupby("instance"):
-        part = part.sort_values("start_ms", kind="stable")
-        ends[inst] = (part["start_ms"].to_numpy(dtype=float), part["end_ms"].to_numpy(dtype=float))
-    J, div = instance.system.clients, unit[1]
-    targets = {f: instance.slo_targets(f"{f}_slo_ms") for f in ("ttft", "tpot", "e2e")}
-    missed = 0
-    for k, r in enumerate(instance.requests):
-        if r.id not in spans.index or r.id not in decode.index:
-            continue
-        row = spans.loc[r.id]
-        starts, finishes = ends[row["instance"]]
-        first = finishes[min(int(np.searchsorted(starts, decode[r.id] - 1e-6)), len(starts) - 1)]
-        ttft, e2e = first - r.arrival_ms, row["finish"] - r.arrival_ms
-        tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else np.nan
-        values = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
-        if any(not np.isnan(targets[f][k]) and not np.isnan(v) and v > targets[f][k] + 1e-6
-               for f, v in values.items()):
-            missed += 1
-            y = row["instance"] * J + row["client"]
-            ax.add_patch(Rectangle((row["start"] / div, y - 0.46),
-                                   (row["finish"] - row["start"]) / div, 0.92, fill=False,
-                                   edgecolor=MISSED_COLOR, linewidth=1.6, zorder=4))
+    arrival = dict(zip(instance.ids, instance.arrival_ms, strict=True))
+    order = {r: k for k, r in enumerate(instance.ids)}
+    present = [r for r in instance.ids if r in spans.index] if by_request else list(spans.index)
+    if by_request:
+        row_of = {r: k for k, r in enumerate(present)}
+        y = np.array([row_of[r] for r in present], dtype=float)
+    else:
+        J = instance.system.clients
+        y = (spans.loc[present, "instance"].to_numpy() * J
+             + spans.loc[present, "client"].to_numpy()).astype(float)
+    div = unit[1]
+    t_arrive = np.array([arrival[r] for r in present], dtype=float) / div
+    t_start = spans.loc[present, "start"].to_numpy(dtype=float) / div
+    waited = t_start > t_arrive
+    if waited.any():
+        ax.add_collection(LineCollection(
+            [[(a, k), (b, k)] for a, b, k in zip(t_arrive[waited], t_start[waited],
+                                                 y[waited], strict=True)],
+            colors=WAIT_COLOR, linewidths=2.0, alpha=0.6, zorder=0.5))  # under the work
+    h = 0.42 if len(set(y)) <= 40 else 0.5
+    ax.vlines(t_arrive, y - h, y + h, colors=ARRIVAL_COLOR, linewidths=1.0, zorder=3)
+    legend = ax.get_legend()
+    handles = list(legend.legend_handles) if legend is not None else []
+    handles += [Line2D([], [], marker="|", ls="", color=ARRIVAL_COLOR, markersize=8,
+                       label="arrival"),
+                Line2D([], [], color=WAIT_COLOR, lw=2.0, alpha=0.6, label="waiting")]
+    outlined = [k for k, r in enumerate(present) if r in missed]
+    for k in outlined:
+        r = present[k]
+        ax.add_patch(Rectangle((t_start[k], y[k] - 0.46),
+                               (spans.loc[r, "finish"] - spans.loc[r, "start"]) / div, 0.92,
+                               fill=False, edgecolor=MISSED_COLOR, linewidth=1.6, zorder=4))
     if missed:
-        legend = ax.get_legend()
-        handles = list(legend.legend_handles) if legend is not None else []
         handles.append(Line2D([], [], color=MISSED_COLOR, lw=1.6,
-                              label=f"missed SLO ({missed})"))
-        ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
+                              label=f"missed SLO ({len(missed)} of {len(order)})"))
+    ax.legend(handles=handles, **OUTSIDE_LEGEND)
 
 
 def plot_comparison(table, bound_ms: float | None = None, ax: Axes | None = None,
