@@ -14,7 +14,7 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
@@ -340,23 +340,66 @@ def _mark_requests(ax: Axes, instance: Instance, segments, by_request: bool,
 def plot_comparison(table, bound_ms: float | None = None, ax: Axes | None = None,
                     title: str = "") -> Axes:
     """Total inference time per schedule (bars, utilization on top) with the best lower
-    bound as a line."""
+    bound as a line; in ms or s by the rule of ``llmopt.report.units``."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     names = list(table["schedule"])
-    values = table["makespan_ms"].to_numpy(dtype=float) / 1000.0
+    label, div = time_unit(max(float(table["makespan_ms"].max()), bound_ms or 0.0))
+    values = table["makespan_ms"].to_numpy(dtype=float) / div
     bars = ax.bar(names, values, color="#4e79a7")
     for bar, util in zip(bars, table["utilization"], strict=True):
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{util:.1%}",
                 ha="center", va="bottom", fontsize=8)
     if bound_ms:
-        ax.axhline(bound_ms / 1000.0, color="crimson", ls="--", lw=1.2,
-                   label=f"lower bound {bound_ms / 1000:.2f} s")
+        ax.axhline(bound_ms / div, color="crimson", ls="--", lw=1.2,
+                   label=f"lower bound {bound_ms / div:,.2f} {label}")
         ax.legend(loc="lower right", fontsize=8)
-    ax.set_ylabel("total inference time (s, axis not from 0)")
-    low = min(values.min(), (bound_ms or np.inf) / 1000.0)
-    high = max(values.max(), (bound_ms or 0) / 1000.0)
+    ax.set_ylabel(f"total inference time ({label}, axis not from 0)")
+    low = min(values.min(), (bound_ms or np.inf) / div)
+    high = max(values.max(), (bound_ms or 0) / div)
     ax.set_ylim(low - 0.35 * (high - low) - 1e-9, high + 0.15 * (high - low) + 1e-9)
     ax.set_title(title or "schedules compared (labels: utilization)", fontsize=10)
     ax.tick_params(axis="x", labelrotation=20)
     return ax
+
+
+def plot_attainment(table, ceiling: float | None = None, ax: Axes | None = None,
+                    ceiling_label: str = "no schedule meets more", title: str = "") -> Axes:
+    """SLO attainment (share of requests meeting every target) per schedule, with a proven
+    ``ceiling`` on it as a line when there is one (``ceiling_label`` says what proves it)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    names = list(table["schedule"])
+    shares = table["attainment"].to_numpy(dtype=float)
+    bars = ax.bar(names, np.nan_to_num(shares), color="#59a14f")
+    for bar, share in zip(bars, shares, strict=True):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
+                "not measured" if np.isnan(share) else f"{share:.1%}", ha="center",
+                va="bottom", fontsize=8)
+    if ceiling is not None:
+        ax.axhline(ceiling, color="black", ls="--", lw=1.2,
+                   label=f"attainment bound {ceiling:.1%}: {ceiling_label}")
+        ax.legend(loc="upper right", fontsize=8)  # in the band above 100 %
+    ax.set_ylim(0, 1.25)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylabel("SLO attainment (requests meeting every target)")
+    ax.set_title(title or "SLO attainment by schedule", fontsize=10)
+    ax.tick_params(axis="x", labelrotation=20)
+    return ax
+
+
+def comparison_figure(table, bound_ms: float | None = None, *, ceiling: float | None = None,
+                      ceiling_label: str = "no schedule meets more", title: str = "") -> Axes:
+    """The compare chart: total time per schedule (:func:`plot_comparison`) and, when the
+    table has SLO attainment, attainment per schedule beside it (:func:`plot_attainment`, with
+    the ``ceiling`` when one is known); the first axes, whose figure holds both."""
+    with_slos = "attainment" in table and table["attainment"].notna().any()
+    if not with_slos:
+        return plot_comparison(table, bound_ms, title=title)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), layout="constrained")
+    plot_comparison(table, bound_ms, ax=left, title="total time (labels: utilization)")
+    plot_attainment(table, ceiling, ax=right, ceiling_label=ceiling_label)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return left
