@@ -14,7 +14,13 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.ticker import MaxNLocator, PercentFormatter
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    PercentFormatter,
+)
 
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
@@ -199,8 +205,24 @@ def _draw_raster(ax: Axes, x0, x1, y, code, rows: int, xmax: float) -> None:
     np.add.at(diff, (y, p0), code)
     np.add.at(diff, (y, p1), -code)
     grid = np.clip(np.cumsum(diff, axis=1)[:, :width], 0, len(PHASE_COLORS) + 1)
-    ax.imshow(_palette()[grid], aspect="auto", interpolation="nearest",
-              extent=(0, width / scale, rows - 0.5, -0.5))
+    # idle pixels transparent: what is drawn beneath the work (waits) shows through them
+    rgba = np.concatenate([_palette(), np.ones((len(_palette()), 1))], axis=1)
+    rgba[0, 3] = 0.0
+    ax.imshow(rgba[grid], aspect="auto", interpolation="nearest",
+              extent=(0, width / scale, rows - 0.5, -0.5), zorder=1)
+
+
+def readable_log_ticks(ax: Axes) -> None:
+    """Ticks at 1, 2 and 5 of every decade the log axis spans (more within a decade and a
+    half, only the powers of ten beyond four decades), labelled as plain numbers: a range
+    inside one decade had a single tick."""
+    low, high = ax.get_xlim()
+    decades = np.log10(high / low) if low > 0 and high > low else 0.0
+    subs = ((1.0,) if decades > 4 else (1.0, 2.0, 5.0) if decades > 1.5
+            else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None,
