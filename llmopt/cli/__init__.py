@@ -12,7 +12,7 @@ import importlib
 import warnings
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 import typer.main
@@ -21,6 +21,7 @@ from typer.core import TyperCommand
 from llmopt.cli.usage import OneLineUsageErrors, err
 from llmopt.errors import one_line_warnings
 from llmopt.signals import sigterm_as_interrupt
+from llmopt.version import __version__
 
 #: command -> (module, attribute): a command function, or a Typer app of subcommands
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -102,9 +103,17 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"llmopt {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
-    pass
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print llmopt's version and exit.")] = False) -> None:
+    """Optimal schedules, proven lower bounds and heuristic replays for LLM inference."""
 
 
 def main() -> None:

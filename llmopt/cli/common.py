@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from typer.exceptions import TyperException
 
@@ -37,12 +38,15 @@ from llmopt.files import write_atomic
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import PROBLEMS
 from llmopt.progress import ConsoleProgress
+from llmopt.report.units import time_column
 from llmopt.version import __version__
 
 if TYPE_CHECKING:
     from llmopt.result import Result
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+# tables fit COLUMNS when set, else the terminal, else (a log, a pipe) 120 columns
+out = Console(highlight=False, width=None if sys.stdout.isatty()
+              or os.environ.get("COLUMNS", "").isdigit() else 120)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -140,6 +144,38 @@ def progress(verbose: bool) -> ConsoleProgress:
     return ConsoleProgress(verbose=verbose)
 
 
+def print_table(table: Table) -> None:
+    """Print ``table`` on stdout without cutting a value: when it is wider than the console
+    (COLUMNS, the terminal, or 120 columns), the widest columns wrap at spaces (headers, text)
+    down to their longest word; the first column (the names) never narrows; a table that cannot
+    fit even so is printed at its narrowest, wider than the console."""
+    wide = out.options.update_width(1_000_000)
+    floors, widths = [], []
+    for k, column in enumerate(table.columns):
+        sizes = [Measurement.get(out, wide, cell) for cell in [column.header, *column.cells]]
+        widths.append(max(m.maximum for m in sizes))
+        floors.append(widths[-1] if k == 0 else max(m.minimum for m in sizes))
+    spare = Measurement.get(out, wide, table).maximum - sum(widths)  # padding and rules
+    excess = sum(widths) + spare - out.width
+    if excess <= 0:
+        out.print(table)
+        return
+    while excess > 0:
+        narrower = [k for k in range(len(widths)) if widths[k] > floors[k]]
+        if not narrower:
+            break
+        widths[max(narrower, key=lambda k: widths[k])] -= 1
+        excess -= 1
+    for column, width in zip(table.columns, widths, strict=True):
+        column.width, column.no_wrap = width, False
+    saved = out.width
+    out.width = max(saved, sum(widths) + spare)
+    try:
+        out.print(table)
+    finally:
+        out.width = saved
+
+
 def fmt_ms(x: float | None) -> str:
     return "—" if x is None else f"{x:,.1f}"
 
@@ -149,20 +185,23 @@ def _share(x: float | None) -> str:
 
 
 def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
-    """Replay metrics, with the SLO attainment columns when the instance has SLOs."""
-    table = Table(show_edge=False, header_style="bold")
+    """Replay metrics, with the SLO attainment columns when the instance has SLOs; each time
+    column in ms or s by the one rule of ``llmopt.report.units``."""
+    times = [time_column(name, [m[key] for _, m in rows])
+             for name, key in (("total", "makespan_ms"), ("TTFT p50", "ttft_p50_ms"),
+                               ("TPOT p50", "tpot_p50_ms"), ("E2E p99", "e2e_p99_ms"))]
     slo = any("attainment" in m for _, m in rows)
     slo_cols = ("SLO met", "TTFT met", "TPOT met") if slo else ()
-    for col in ("policy", "total (s)", "utilization", "tokens/s", "TTFT p50 (s)",
-                "TPOT p50 (ms)", "E2E p99 (s)", "iterations", *slo_cols):
+    (total, totals), (ttft, ttfts), (tpot, tpots), (e2e, e2es) = times
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("policy", total, "utilization", "tokens/s", ttft, tpot, e2e, "iterations",
+                *slo_cols):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for name, m in rows:
-        shares = [_share(m.get(k)) for k in ("attainment", "attainment_ttft",
-                                             "attainment_tpot")] if slo else []
-        table.add_row(name, f"{m['makespan_ms'] / 1000:.2f}", f"{m['utilization']:.2%}",
-                      f"{m['tokens_per_s']:.1f}", f"{m['ttft_p50_ms'] / 1000:.2f}",
-                      f"{m['tpot_p50_ms']:.1f}", f"{m['e2e_p99_ms'] / 1000:.2f}",
-                      f"{m['iterations']:,}", *shares)
+    for k, (name, m) in enumerate(rows):
+        shares = [_share(m.get(key)) for key in ("attainment", "attainment_ttft",
+                                                 "attainment_tpot")] if slo else []
+        table.add_row(name, totals[k], f"{m['utilization']:.2%}", f"{m['tokens_per_s']:.1f}",
+                      ttfts[k], tpots[k], e2es[k], f"{m['iterations']:,}", *shares)
     return table
 
 

@@ -73,8 +73,12 @@ def compare(
     comp = run_compare(inst, names, limit, shown, optimize=optimize)
     shown.done()
     best = comp.best_bound
-    ax = plots.plot_comparison(comp.table, best.value_ms if best else None,
-                               title=f"{inst.name}: total inference time by schedule")
+    ceiling = comp.attainment_bound
+    ax = plots.comparison_figure(
+        comp.table, best.value_ms if best else None,
+        ceiling=ceiling.share_upper if ceiling is not None else None,
+        ceiling_label=f"proven by the exact model ({ceiling.status})" if ceiling else "",
+        title=f"{inst.name}: schedules compared")
     schedules = {name: r.schedule for name, r in comp.results.items() if r.schedule is not None}
     write_comparison(inst, out_dir, "schedules compared", comp.markdown(), comp.table, ax,
                      schedules)
@@ -102,7 +106,7 @@ def write_comparison(inst: Instance, out_dir: Path, heading: str, md: str, table
     if inst.has_slos and schedules:
         plots.save(slo_cdf_figure(inst, schedules), folder / "slo-cdf.png")
         written.append("slo-cdf.png")
-    out.print(md)
+    out.print(md, soft_wrap=True)  # markdown lines whole, never wrapped
     for name in written:
         out.print(f"wrote {folder / name}")
 
@@ -132,6 +136,6 @@ def compare_slices(inst: Instance, names: list[str], out_dir: Path) -> None:
           "whole replay.\n")
     write_atomic(folder / "compare.md", f"# {inst.name}: slice-level schedules compared\n\n{md}")
     write_atomic(folder / "compare.csv", table.to_csv(index=False))
-    out.print(md)
+    out.print(md, soft_wrap=True)  # markdown lines whole, never wrapped
     for name in ("compare.md", "compare.csv"):
         out.print(f"wrote {folder / name}")

@@ -19,12 +19,13 @@ from llmopt.cli.common import (
     metrics_table,
     out,
     policy_help,
+    print_table,
     progress,
     router_help,
     write_solution,
 )
 from llmopt.data.instance import Instance, load_instance
-from llmopt.errors import LlmoptError, OptionError, SolutionFileError
+from llmopt.errors import LlmoptError, OptionError, SolutionFileError, unknown_name
 from llmopt.files import out_path, sidecar_name
 from llmopt.policies.registry import POLICIES, Engine, default_policies, slice_policies
 from llmopt.policies.replay import Replayed, replay_policy
@@ -48,8 +49,9 @@ def parse_policies(text: str | None, family: str, command: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
-        raise OptionError(f"unknown policy (known: {', '.join(POLICIES)})",
-                          field="--policy", value=unknown[0] if unknown else text)
+        shown = unknown[0] if unknown else text
+        raise OptionError(unknown_name("policy", shown, POLICIES), field="--policy",
+                          value=shown)
     return names
 
 
@@ -111,9 +113,9 @@ offline, online, hybrid; InferMax: every scheduler)."""
         written.append(plots.save(slo_cdf_figure(inst, schedules),
                                   out_path(out_dir, inst.name, "slo-cdf.png")))
     if rows:
-        out.print(metrics_table(rows))
+        print_table(metrics_table(rows))
     if slice_rows:
-        out.print(slice_metrics_table(slice_rows))
+        print_table(slice_metrics_table(slice_rows))
     for path in written:
         out.print(f"wrote {path}")
     for name, reason in failed:
@@ -139,7 +141,7 @@ def write_replay(inst: Instance, name: str, replayed: Replayed, out_dir: Path,
         return written
     if schedule is not None:
         ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
-                                metrics=replayed.metrics)
+                                metrics=replayed.metrics, requests=schedule.requests)
     else:
         assert replayed.slices is not None
         ax = plot_slices(replayed.slices)

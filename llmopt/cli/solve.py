@@ -20,6 +20,7 @@ from llmopt.cli.common import (
     err,
     fmt_ms,
     out,
+    print_table,
     problem_help,
     progress,
     solver_help,
@@ -69,7 +70,8 @@ def solve(
         if result.schedule is not None:
             ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,
                                     policy=f"{result.problem} ({result.solver})",
-                                    metrics=result.data.get("metrics"))
+                                    metrics=result.data.get("metrics"),
+                                    requests=result.schedule.requests)
         else:
             ax = plots.plot_assignment(inst, result.to_dict(inst))
         out.print(f"wrote {plots.save(ax, base.with_suffix('.png'))}")
@@ -138,7 +140,7 @@ def show(result: Result) -> None:
     table.add_row(result.problem, result.solver, result.status, fmt_ms(result.objective),
                   fmt_ms(result.bound), "—" if gap is None else f"{gap:.2%}",
                   f"{result.runtime_s:.2f} s")
-    out.print(table)
+    print_table(table)
     if result.proof:
         out.print(f"proof: {result.proof}")
     for note in result.notes:

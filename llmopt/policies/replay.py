@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError
+from llmopt.errors import OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.policies.base import Router
 from llmopt.policies.registry import POLICIES, ROUTERS, Engine, check_family, plan_follower
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Mode, Result
 from llmopt.schedule import Schedule
-from llmopt.schedule.metrics import slo_metrics
 from llmopt.sim.cluster import Deployment, simulate
 from llmopt.version import __version__
 
@@ -34,10 +33,10 @@ if TYPE_CHECKING:
 def _checked(instance: Instance, policy: str, router: str | None) -> Router | None:
     """The policy known and of the instance's family, the router known; the router made."""
     if policy not in POLICIES:
-        raise OptionError(f"unknown policy (known: {', '.join(POLICIES)})", field="--policy",
+        raise OptionError(unknown_name("policy", policy, POLICIES), field="--policy",
                           value=policy)
     if router is not None and router not in ROUTERS:
-        raise OptionError(f"unknown router (known: {', '.join(ROUTERS)})", field="--router",
+        raise OptionError(unknown_name("router", router, ROUTERS), field="--router",
                           value=router)
     check_family(instance, policy)
     return ROUTERS[router].make() if router else None
@@ -92,7 +91,7 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
     t0 = time.perf_counter()
     schedule = replay(instance, policy, plan=plan, router=router, progress=progress)
     runtime = time.perf_counter() - t0
-    metrics = {**schedule.metrics(), **slo_metrics(schedule, instance)}
+    metrics = schedule.metrics(instance)
     result = Result(
         problem="replay", solver=policy, status="feasible",
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,

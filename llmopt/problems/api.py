@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError
+from llmopt.errors import OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.problems.base import Bound
 from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo
@@ -30,7 +30,7 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
         DEFAULT_PROBLEM)
     field_of = "solve.problem" if instance.solve.problem == problem else "--problem"
     if problem not in PROBLEMS:
-        raise OptionError(f"unknown problem (known: {', '.join(PROBLEMS)})",
+        raise OptionError(unknown_name("problem", problem, PROBLEMS),
                           file=instance.label() if field_of.startswith("solve") else None,
                           field=field_of, value=problem)
     solvers = PROBLEMS[problem].solvers
@@ -39,7 +39,7 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
         time_limit_s = instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
     if solver not in solvers:
         from_file = instance.solve.solver == solver
-        raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
+        raise OptionError(unknown_name(f"solver for {problem}", solver, solvers),
                           file=instance.label() if from_file else None,
                           field="solve.solver" if from_file else "--solver", value=solver)
     if time_limit_s is not None and (not math.isfinite(time_limit_s) or time_limit_s < 0 or (

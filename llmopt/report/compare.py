@@ -21,6 +21,7 @@ from llmopt.problems.api import bounds as family_bounds
 from llmopt.problems.api import family_of, solve
 from llmopt.problems.base import Bound
 from llmopt.progress import SILENT, Progress
+from llmopt.report.units import fmt_time, time_column, time_unit
 from llmopt.result import Result
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
 
@@ -48,26 +49,28 @@ class Comparison:
         return max(valid, key=lambda b: b.value_ms) if valid else None
 
     def markdown(self) -> str:
-        """The table and the bounds in markdown; times in seconds, or in ms when every schedule
-        takes under 10 s."""
-        scale, unit = ((1000.0, "s") if self.table["makespan_ms"].max() >= 10_000
-                       else (1.0, "ms"))
-        cols = ["schedule", f"total time ({unit})", "utilization", "tokens/s",
-                f"TTFT p50 ({unit})", "TPOT p50 (ms)", f"E2E p50 ({unit})", "gap to bound"]
+        """The table and the bounds in markdown; each time column in ms or s by the one rule
+        of ``llmopt.report.units`` (the bounds in the unit of the schedules' total time)."""
+        t = self.table
+        columns = [time_column(name, t[key]) for name, key in (
+            ("total time", "makespan_ms"), ("TTFT p50", "ttft_p50_ms"),
+            ("TPOT p50", "tpot_p50_ms"), ("E2E p50", "e2e_p50_ms"))]
+        (total, totals), (ttft, ttfts), (tpot, tpots), (e2e, e2es) = columns
+        unit = time_unit(float(t["makespan_ms"].max()))
+        cols = ["schedule", total, "utilization", "tokens/s", ttft, tpot, e2e, "gap to bound"]
         slo_cols = [c for c in ("attainment", "attainment_ttft", "attainment_tpot",
                                 "attainment_e2e")
-                    if c in self.table and self.table[c].notna().any()]
+                    if c in t and t[c].notna().any()]
         cols += [SLO_HEADERS[c] for c in slo_cols]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
-        for row in self.table.itertuples(index=False):
+        for k, row in enumerate(t.itertuples(index=False)):
             gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
             shares = "".join(" — |" if pd.isna(getattr(row, c)) else f" {getattr(row, c):.1%} |"
                              for c in slo_cols)
-            lines.append(
-                f"| {row.schedule} | {row.makespan_ms / scale:,.2f} | {row.utilization:.2%} | "
-                f"{row.tokens_per_s:.1f} | {row.ttft_p50_ms / scale:,.2f} | "
-                f"{row.tpot_p50_ms:.1f} | {row.e2e_p50_ms / scale:,.2f} | {gap} |{shares}")
+            lines.append(f"| {row.schedule} | {totals[k]} | {row.utilization:.2%} | "
+                         f"{row.tokens_per_s:.1f} | {ttfts[k]} | {tpots[k]} | {e2es[k]} | "
+                         f"{gap} |{shares}")
         if self.attainment_bound is not None:
             ab = self.attainment_bound
             found = "none" if ab.met_best is None else f"{ab.met_best}"
@@ -76,14 +79,14 @@ class Comparison:
                          f"schedule found meets {found}; {ab.runtime_s:.1f} s): no schedule "
                          "does better.")
         lines.append("")
-        lines.append(f"| lower bound | total time ({unit}) | valid under |")
+        lines.append(f"| lower bound | {total} | valid under |")
         lines.append("|---|---|---|")
         for b in self.bounds:
-            lines.append(f"| {b.name} | {b.value_ms / scale:,.2f} | {b.valid_under} |")
+            lines.append(f"| {b.name} | {fmt_time(b.value_ms, unit)} | {b.valid_under} |")
         best = self.best_bound
         if best is not None:
             lines.append(f"| **best for the replays ({self.time_model} model)** | "
-                         f"**{best.value_ms / scale:,.2f}** | {best.name} |")
+                         f"**{fmt_time(best.value_ms, unit)}** | {best.name} |")
         lines += [f"\nNote: {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 

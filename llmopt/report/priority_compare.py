@@ -27,6 +27,7 @@ from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.replayed import replay_plan, replayed_g
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
 from llmopt.progress import SILENT, Progress
+from llmopt.report.units import time_column
 from llmopt.result import Result
 from llmopt.schedule import Schedule
 
@@ -48,14 +49,16 @@ class PriorityComparison:
     notes: list[str] = field(default_factory=list)
 
     def markdown(self) -> str:
-        lines = ["| schedule | scored by | G (requests/s) | SLO met | Σ E2E (s) | total time (s) "
+        # times in ms or s by the one rule of llmopt.report.units, as llmopt replay shows them
+        e2e, e2es = time_column("Σ E2E", self.table["total_e2e_s"] * 1000.0)
+        total, totals = time_column("total time", self.table["makespan_s"] * 1000.0)
+        lines = [f"| schedule | scored by | G (requests/s) | SLO met | {e2e} | {total} "
                  "| gap to the bound |", "|---|---|---|---|---|---|---|"]
         row: Any  # pandas-stubs types each field of itertuples() as any scalar
-        for row in self.table.itertuples(index=False):
+        for k, row in enumerate(self.table.itertuples(index=False)):
             gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
-            total = "—" if pd.isna(row.makespan_s) else f"{row.makespan_s:,.2f}"
             lines.append(f"| {row.schedule} | {row.scored_by} | {row.g_per_s:.6f} | "
-                         f"{row.n_met} of {row.requests} | {row.total_e2e_s:,.2f} | {total} | "
+                         f"{row.n_met} of {row.requests} | {e2es[k]} | {totals[k]} | "
                          f"{gap} |")
         if self.bound_g_per_s is not None:
             lines += ["", f"upper bound on G over priority plans (static batches of at most "

@@ -12,9 +12,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from llmopt.data.instance import Instance
+from llmopt.report.plot import readable_log_ticks
 from llmopt.schedule.metrics import request_latencies
 from llmopt.schedule.schedule import Schedule
 
@@ -45,8 +45,7 @@ def plot_latency_cdf(latencies: dict[str, pd.DataFrame], metric: str = "ttft_ms"
         ax.axvline(at, color="black", linestyle="--", linewidth=1,
                    label=f"{label} target ({at:,.0f} ms)" if single else f"{label} target")
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    readable_log_ticks(ax)
     ax.set_xlabel(f"{label} (ms)" if single else f"{label} / its target")
     ax.set_ylabel("share of requests")
     ax.set_ylim(0, 1.02)

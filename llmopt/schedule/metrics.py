@@ -13,19 +13,27 @@ Goodput is a search over arrival rates (``llmopt.sweep``), not a metric of one s
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import pandas as pd
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError
-from llmopt.schedule.schedule import Schedule
 
 MET_TOLERANCE_MS = 1e-6  # times are sums of floats: a target met up to rounding is met
 ATTAINMENT_METRICS = ("attainment", "attainment_ttft", "attainment_tpot", "attainment_e2e",
                       "normalized_latency_mean_ms")
 
 
-def request_latencies(schedule: Schedule, instance: Instance) -> pd.DataFrame:
+class Timed(Protocol):
+    """What the latencies are read from: a :class:`~llmopt.schedule.Schedule` (its table of
+    requests; named here by its shape, as ``Schedule.metrics`` calls these functions)."""
+
+    requests: pd.DataFrame
+
+
+def request_latencies(schedule: Timed, instance: Instance) -> pd.DataFrame:
     """One row per request of ``instance`` (its order): ``request, slo_class, ttft_ms, tpot_ms,
     e2e_ms, normalized_latency_ms``, the targets ``ttft_slo_ms, tpot_slo_ms, e2e_slo_ms``
     (NaN: none), and ``ttft_met, tpot_met, e2e_met, slo_met``."""
@@ -77,7 +85,7 @@ def attainment_by_class(latencies: pd.DataFrame) -> pd.DataFrame:
                          "attainment": grouped["slo_met"].mean()}).reset_index()
 
 
-def slo_metrics(schedule: Schedule, instance: Instance) -> dict[str, float]:
+def slo_metrics(schedule: Timed, instance: Instance) -> dict[str, float]:
     """The attainment metrics of ``schedule`` (empty when the instance has no SLOs)."""
     if not instance.has_slos:
         return {}

@@ -19,7 +19,8 @@ usual, and use ``.astype(str)`` before sorting by name.
 Metrics follow the papers: makespan (total inference time), utilization = busy client-time /
 (clients × makespan) with busy time the sum of segment durations (Pang et al. 2025, Figs 6–9),
 output tokens per second, and TTFT (first output token − arrival), TPOT ((finish − first token)
-/ (output tokens − 1)) and end-to-end latency (finish − arrival).
+/ (output tokens − 1)) and end-to-end latency (finish − arrival); ``metrics(instance)`` adds the
+SLO attainment of the instance's targets.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from llmopt.data.instance import Instance
+from llmopt.schedule.metrics import slo_metrics
 
 SEGMENT_COLUMNS = ["request", "client", "instance", "phase", "start_ms", "end_ms", "tokens"]
 ITERATION_COLUMNS = ["instance", "start_ms", "end_ms", "phase", "batch_size", "prefill_tokens",
@@ -50,7 +54,11 @@ class Schedule:
     def makespan_ms(self) -> float:
         return float(self.requests["finish_ms"].max()) if len(self.requests) else 0.0
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, instance: Instance | None = None) -> dict[str, float]:
+        """Makespan, utilization, tokens/s, iteration counts and the latency percentiles (ms);
+        given the ``instance`` it ran (its SLO targets), the SLO attainment metrics too
+        (``llmopt.schedule.metrics.slo_metrics``), as in ``llmopt replay``'s table and the
+        solution file's ``metrics``."""
         req = self.requests
         makespan = self.makespan_ms
         seg = self.segments
@@ -79,6 +87,8 @@ class Schedule:
             out[f"{name}_mean_ms"] = float(values.mean())
             out[f"{name}_p50_ms"] = float(np.percentile(values, 50))
             out[f"{name}_p99_ms"] = float(np.percentile(values, 99))
+        if instance is not None:
+            out.update(slo_metrics(self, instance))
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
 
     def segments_records(self) -> list[dict[str, Any]]:

@@ -388,7 +388,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     elif proved:
         notes.append(f"{backend} proved this optimal among schedules of at most {N} batches "
                      f"(N_max = {n_max}); run with --bins {n_max} for a full proof")
-    metrics = schedule.metrics()
+    metrics = schedule.metrics(instance)  # with SLOs, their attainment too
     data_out = {
         "mode": "continuous", "clients": instance.total_clients, "batches": N,
         "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},
