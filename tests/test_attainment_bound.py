@@ -16,11 +16,12 @@ from llmopt.errors import InstanceError, LlmoptError, OptionError
 from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import replay_result
 from llmopt.problems.infermax import attainment
-from llmopt.problems.infermax.attainment import (
+from llmopt.problems.workflows.attainment import (
     MAX_ATTAINMENT_REQUESTS,
     AttainmentBound,
     attainment_bound,
 )
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.validate import validate_solution
 
 # a profile whose times are exact in 1e-4 ms, so that the model's clock is exact
@@ -300,7 +301,7 @@ def test_unfinished_requests_are_served_alone_after_the_prefix():
         {"evict": [], "prefill": {"r1": 2}, "decode": []},
         {"evict": [], "prefill": {}, "decode": ["r1"]},
         {"evict": [], "prefill": {"r2": 2}, "decode": []}]
-    schedule, _, _ = attainment._replay(inst, plan)
+    schedule, _, _ = attainment._replay(inst, plan, ENGINE)
     assert (schedule.requests["evictions"] == [1, 1, 0]).all()
 
 

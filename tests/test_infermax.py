@@ -17,6 +17,7 @@ from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import deployment, replay, replay_result
 from llmopt.problems.infermax import csp as infermax_csp
 from llmopt.problems.infermax.data import CSPData
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.sim.cluster import simulate
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.infermax_exact import optimum
@@ -196,9 +197,9 @@ def test_csp_matches_brute_force_on_both_back_ends(case):
     requests, M, C = case
     inst = make([(i, o, 0.0) for i, o in requests], M=M, C=C)
     truth = optimum(inst.profile, requests, M, C, C)
-    heuristics = infermax_csp.heuristic_schedules(inst)
+    heuristics = infermax_csp.heuristic_schedules(inst, ENGINE)
     for solver in ("cpsat", "highs"):
-        result = infermax_csp.solve(inst, solver, 60)
+        result = infermax_csp.solve(inst, solver, 60, simulation=ENGINE)
         assert result.status == "optimal", (solver, result.notes)
         assert result.objective == pytest.approx(truth, abs=1e-6), solver  # 6 decimals
         assert validate_solution(inst, result.to_dict(inst)) == []
@@ -207,7 +208,7 @@ def test_csp_matches_brute_force_on_both_back_ends(case):
 
 def test_csp_with_arrivals_agrees_across_back_ends():
     inst = make([(2, 3, 0.0), (5, 2, 4.0), (3, 2, 9.0)], M=9, C=6)
-    found = {s: infermax_csp.solve(inst, s, 60) for s in ("cpsat", "highs")}
+    found = {s: infermax_csp.solve(inst, s, 60, simulation=ENGINE) for s in ("cpsat", "highs")}
     assert found["cpsat"].objective == pytest.approx(found["highs"].objective, abs=1e-6)
     for result in found.values():
         assert result.status == "optimal"
@@ -235,7 +236,7 @@ def test_csp_beats_every_heuristic_on_the_toy_instance(cli, tmp_path):
 
 def test_validator_rejects_a_csp_schedule_that_overflows_memory():
     inst = make([(2, 1, 0.0), (2, 2, 0.0)], M=5, C=3)
-    sol = infermax_csp.solve(inst, "cpsat", 30).to_dict(inst)
+    sol = infermax_csp.solve(inst, "cpsat", 30, simulation=ENGINE).to_dict(inst)
     tighter = make([(2, 1, 0.0), (2, 2, 0.0)], M=3, C=3)
     reasons = validate_solution(tighter, sol)
     assert reasons, "a schedule for M = 5 cannot fit M = 3"

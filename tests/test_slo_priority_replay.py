@@ -23,12 +23,12 @@ from llmopt.errors import InstanceError, OptionError, SolutionFileError
 from llmopt.policies.replay import replay, replay_result
 from llmopt.problems.slo_priority.cluster import plan_cluster
 from llmopt.problems.slo_priority.model import SloPriorityData, evaluate
-from llmopt.problems.slo_priority.replayed import (
+from llmopt.problems.slo_priority.solve import solve
+from llmopt.problems.workflows.slo_priority import (
     replay_cluster_plan,
     replay_plan,
     replayed_g,
 )
-from llmopt.problems.slo_priority.solve import solve
 from llmopt.report.plot import MISSED_COLOR, gantt_figure
 from llmopt.schedule.metrics import request_latencies
 from llmopt.validate import validate_solution

@@ -43,8 +43,10 @@ def _checked(instance: Instance, policy: str, router: str | None) -> Router | No
 
 
 def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
-               router: str | None = None, progress: Progress = SILENT) -> Deployment:
-    """The policies and router that replay the iteration-level ``policy`` on ``instance``."""
+               router: str | None = None, progress: Progress = SILENT,
+               name: str | None = None) -> Deployment:
+    """The policies and router that replay the iteration-level ``policy`` on ``instance``
+    (the schedule named ``name``, by default the policy's)."""
     chosen = _checked(instance, policy, router)
     info = POLICIES[policy]
     if info.engine is not Engine.ITERATION:
@@ -52,7 +54,7 @@ def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | Non
                           "instances), not iterations: replay it with `llmopt replay` or "
                           "llmopt.policies.slice.replay.slice_result", field="--policy",
                           value=policy)
-    made: Deployment = load(info.deploy)(instance, policy, plan=plan, router=chosen,
+    made: Deployment = load(info.deploy)(instance, name or policy, plan=plan, router=chosen,
                                          progress=progress)
     return made
 
@@ -77,10 +79,12 @@ def mode_of(policy: str, plan: Mapping[str, Any] | None = None) -> Mode:
 
 def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
            router: str | None = None, progress: Progress = SILENT,
-           fast: bool = True) -> Schedule:
+           fast: bool = True, name: str | None = None) -> Schedule:
     """Simulate ``instance`` under ``policy``; ``plan`` is a solution dict for policy
-    ``plan``; ``router`` a name of ``ROUTERS`` (default: the policy's own)."""
-    chosen = deployment(instance, policy, plan=plan, router=router, progress=progress)
+    ``plan``; ``router`` a name of ``ROUTERS`` (default: the policy's own); ``name`` names
+    the schedule (default: the policy)."""
+    chosen = deployment(instance, policy, plan=plan, router=router, progress=progress,
+                        name=name)
     return simulate(instance, chosen, fast=fast, progress=progress)
 
 

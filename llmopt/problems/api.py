@@ -1,8 +1,13 @@
 """Solver front end: ``solve(instance, problem=…, solver=…, time_limit_s=…) -> Result`` and
-``bounds(instance)``, both dispatched through the registry (``problems.registry``)."""
+``bounds(instance)``, both dispatched through the registry (``problems.registry``).
+
+A workflow module (above problems and policies): a solver that starts from the replay engine's
+schedules or follows its plan on the engine takes a ``simulation`` keyword, and ``solve`` gives
+it the replay engine (``workflows.simulation.ENGINE``)."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any
@@ -12,6 +17,7 @@ from llmopt.errors import OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.problems.base import Bound
 from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 
@@ -64,9 +70,12 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
                           field=f"--{unknown[0].replace('_', '-')}", value=options[unknown[0]])
     given = {k: v for k, v in options.items() if v is not None}
     logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
+    run = load(info.solve)
+    if "simulation" in inspect.signature(run).parameters:
+        given["simulation"] = ENGINE
     try:
-        result: Result = load(info.solve)(instance, solver=solver, time_limit_s=time_limit_s,
-                                          progress=progress, **given)
+        result: Result = run(instance, solver=solver, time_limit_s=time_limit_s,
+                             progress=progress, **given)
         return result
     finally:
         progress.done()
@@ -80,7 +89,7 @@ def bounds(instance: Instance, time_limit_s: float | None = None, progress: Prog
     if not (math.isfinite(limit) and limit > 0):
         raise OptionError("must be positive and finite", field="--time-limit", value=limit)
     found: list[Bound] = load(family_of(instance).bounds)(instance, limit, progress,
-                                                          solver_bounds)
+                                                          solver_bounds, simulation=ENGINE)
     return found
 
 

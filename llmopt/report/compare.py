@@ -28,7 +28,7 @@ from llmopt.schedule.metrics import ATTAINMENT_METRICS
 if TYPE_CHECKING:
     from llmopt.problems.infermax.attainment import AttainmentBound
 
-ATTAINMENT_MODULE = "llmopt.problems.infermax.attainment"  # CP-SAT: loaded when used
+ATTAINMENT_MODULE = "llmopt.problems.workflows.attainment"  # CP-SAT: loaded when used
 
 SLO_HEADERS = {"attainment": "SLO attainment", "attainment_ttft": "TTFT met",
                "attainment_tpot": "TPOT met", "attainment_e2e": "E2E met"}

@@ -6,7 +6,7 @@ simulation core, and the proven upper bound on G.
 The bound holds over priority plans (static batches of at most ``system.clients`` requests in
 priority order) timed by the predictor (eqs 14–17), the problem ``slo-priority`` solves: it is
 shown beside every row, but only the plan scored by the predictor is held against it (its gap).
-A replay times iterations on the core (``llmopt.problems.slo_priority.replayed``) and a
+A replay times iterations on the core (``llmopt.problems.workflows.slo_priority``) and a
 continuous-batching policy is no priority plan, so neither is bounded by it.
 """
 
@@ -24,8 +24,8 @@ from llmopt.errors import LlmoptError
 from llmopt.policies.replay import replay_result
 from llmopt.problems.api import solve
 from llmopt.problems.slo_priority.model import SloPriorityData
-from llmopt.problems.slo_priority.replayed import replay_plan, replayed_g
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
+from llmopt.problems.workflows.slo_priority import replay_plan, replayed_g
 from llmopt.progress import SILENT, Progress
 from llmopt.report.units import time_column
 from llmopt.result import Result

@@ -105,13 +105,13 @@ from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.errors import InstanceError, InternalError, LlmoptError, OptionError
-from llmopt.policies.registry import ATTAINMENT, incumbent_policies
-from llmopt.policies.replay import replay
+from llmopt.problems.base import Simulation
 from llmopt.problems.infermax.data import batches_from_schedule
 from llmopt.progress import SILENT, Progress
 from llmopt.schedule.metrics import MET_TOLERANCE_MS, request_latencies
 
 MAX_ATTAINMENT_REQUESTS = 16
+ATTAINMENT = "attainment"  # the key of the policies that start it (PolicyInfo.incumbent_for)
 COEFFICIENTS = ("bias_ms", "per_token_ms", "decode_kv_ms", "prefill_attention_ms",
                 "per_prefill_request_ms")
 MAX_DECIMALS = 12
@@ -505,27 +505,29 @@ def _extend(data: _Data, prefix: Plan) -> Plan:
     return plan
 
 
-def _replay(instance: Instance, plan: Plan) -> tuple[Any, int, np.ndarray]:
+def _replay(instance: Instance, plan: Plan, simulation: Simulation
+            ) -> tuple[Any, int, np.ndarray]:
     """The schedule of ``plan``, how many requests meet their SLO in it, and which."""
     try:
-        schedule = replay(instance, "plan", plan={"mode": "continuous", "plan": plan})
+        schedule = simulation.follow(instance, {"mode": "continuous", "plan": plan})
     except LlmoptError as exc:
         raise InternalError(f"the attainment model's plan cannot be replayed: {exc}") from exc
     met = request_latencies(schedule, instance)["slo_met"].to_numpy(dtype=bool)
     return schedule, int(met.sum()), met
 
 
-def _heuristics(instance: Instance, data: _Data) -> list[tuple[int, str, Plan, Any,
-                                                             np.ndarray]]:
-    """(count, policy, plan, schedule, met) of every replay policy that respects M, best
-    first; the plan is the policy's batches, replayed as a plan."""
+def _heuristics(instance: Instance, data: _Data, simulation: Simulation
+                ) -> list[tuple[int, str, Plan, Any, np.ndarray]]:
+    """(count, policy, plan, schedule, met) of every replay policy that starts this bound
+    (``PolicyInfo.incumbent_for``: those that respect M), best first; the plan is the
+    policy's batches, replayed as a plan."""
     out = []
-    for name in incumbent_policies(ATTAINMENT):
+    for name, replayed in simulation.heuristics(instance, ATTAINMENT):
         try:
-            plan = batches_from_schedule(data.ids, replay(instance, name))
+            plan = batches_from_schedule(data.ids, replayed())
         except LlmoptError:
             continue  # e.g. a prompt too long for a policy without chunked prefill
-        schedule, count, met = _replay(instance, plan)
+        schedule, count, met = _replay(instance, plan, simulation)
         out.append((count, name, plan, schedule, met))
     return sorted(out, key=lambda x: -x[0])
 
@@ -874,12 +876,14 @@ def _plan_from_values(data: _Data, var: dict, N: int, value) -> Plan:
 # --------------------------------------------------------------------- the bound
 
 def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: int = 2,
-                     progress: Progress = SILENT, heuristics: bool = True) -> AttainmentBound:
+                     progress: Progress = SILENT, heuristics: bool = True, *,
+                     simulation: Simulation) -> AttainmentBound:
     """The proven upper bound on the requests of ``instance`` meeting their SLOs, the best
     schedule found and its plan (see the module doc). ``time_limit_s`` covers the replay
     policies, the model's building and CP-SAT; ``workers`` are CP-SAT's threads;
     ``heuristics``: start from the replay policies' schedules (without them the model is
-    always solved, as the tests do to check it)."""
+    always solved, as the tests do to check it); ``simulation`` replays them and the plans
+    (``llmopt.problems.workflows.attainment.attainment_bound`` gives it)."""
     t0 = time.perf_counter()
     if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float) or not (
             math.isfinite(time_limit_s) and time_limit_s > 0):
@@ -894,7 +898,7 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
     constant = data.kind.count("free") + solo
     modeled = [i for i in range(n) if data.kind[i] == "model"]
     progress.stage("replay policies")
-    heur = _heuristics(instance, data) if heuristics else []
+    heur = _heuristics(instance, data, simulation) if heuristics else []
     best: tuple[int, Plan] | None = None
     prefix: Plan | None = None
     prefix_met: np.ndarray | None = None
@@ -938,7 +942,7 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
                 nonlocal best
                 found, claimed = out.solution
                 plan = _extend(data, found)
-                _, count, met = _replay(instance, plan)
+                _, count, met = _replay(instance, plan, simulation)
                 missed = [data.ids[i] for i in claimed if not met[i]]
                 if data.exact and missed:
                     raise InternalError(f"the attainment model's plan, replayed, misses the "
@@ -982,7 +986,7 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
                 upper = min(upper, constant + math.floor(out.bound + 1e-6))
     if best is None:
         plan = _extend(data, [])
-        best = (_replay(instance, plan)[1], plan)
+        best = (_replay(instance, plan, simulation)[1], plan)
     if best[0] > upper:
         raise InternalError(f"a schedule meets {best[0]} SLOs, above the proven bound {upper}")
     if not data.exact:
