@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from llmopt.data.instance import instance_from_mapping
-from llmopt.report.compare import compare
+from llmopt.problems.workflows.compare import compare
+from llmopt.report.compare import comparison_markdown
 
 
 def test_compare_shows_attainment_below_the_exact_bound() -> None:
@@ -22,7 +23,7 @@ def test_compare_shows_attainment_below_the_exact_bound() -> None:
     assert len(replays) == 3
     for share in replays["attainment"]:
         assert round(share * 6) <= bound.met_upper
-    text = result.markdown()
+    text = comparison_markdown(result)
     assert "SLO attainment" in text and "attainment bound" in text
     assert "E2E met" not in text  # no request has an E2E target
 

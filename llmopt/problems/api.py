@@ -16,7 +16,7 @@ from llmopt.data.instance import Instance
 from llmopt.errors import OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.problems.base import Bound
-from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo
+from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo, bounded_families
 from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
@@ -93,9 +93,13 @@ def bounds(instance: Instance, time_limit_s: float | None = None, progress: Prog
     return found
 
 
-def family_of(instance: Instance) -> FamilyInfo:
+def family_of(instance: Instance, *, for_bounds: bool = True) -> FamilyInfo:
+    """The registry's entry of the instance's profile family; with ``for_bounds``, refused
+    when the family has no bounds or exact problem."""
     family = instance.profile.family
-    if family not in FAMILIES:
+    info = FAMILIES.get(family)
+    if info is None or (for_bounds and not info.bounds):
         raise OptionError(f"no bounds or exact problem for profile family {family!r} (known: "
-                          f"{', '.join(FAMILIES)})", field="model", value=instance.profile.name)
-    return FAMILIES[family]
+                          f"{', '.join(bounded_families())})", field="model",
+                          value=instance.profile.name)
+    return info

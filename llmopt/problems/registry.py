@@ -56,18 +56,21 @@ class ProblemInfo:
 
 @dataclass(frozen=True)
 class FamilyInfo:
-    """What holds for every instance of a cost-profile family: its lower bounds, the time model
-    its replays are timed by, and the exact problem that optimizes what the replays measure
-    (run by ``llmopt compare`` up to ``exact_max_requests`` requests)."""
+    """What holds for every instance of a cost-profile family: its lower bounds (if any), the
+    time model its replays are timed by, the exact problem that optimizes what the replays
+    measure (run by ``llmopt compare`` up to ``exact_max_requests`` requests), and how
+    ``llmopt compare`` compares its schedules (``compare``: a hook of
+    ``llmopt.problems.workflows.compare``)."""
 
     family: str
-    summary: str                  # of its bounds
-    bounds: str                   # "module:function" (instance, time_limit_s, progress,
-    #                               solver_bounds) -> list[Bound]
-    replay_time_model: str
-    exact: str
+    summary: str = "—"            # of its bounds
+    bounds: str = ""              # "module:function" (instance, time_limit_s, progress,
+    #                               solver_bounds, simulation) -> list[Bound]; "": none
+    replay_time_model: str = ""
+    exact: str = ""
     exact_options: dict[str, str] = field(default_factory=dict)
     exact_max_requests: int | None = None
+    compare: str = "llmopt.problems.workflows.compare:by_total_time"
 
 
 PANG = "Pang et al. 2025"
@@ -142,8 +145,15 @@ FAMILIES: dict[str, FamilyInfo] = {
                    "bound on small instances",
                    "llmopt.problems.infermax.bounds:infermax_family_bounds",
                    replay_time_model="infermax", exact="infermax-csp", exact_max_requests=12),
+        FamilyInfo("bilinear", compare="llmopt.problems.workflows.compare:by_g"),
+        FamilyInfo("scls", compare="llmopt.problems.workflows.compare:by_section5"),
     ]
 }
+
+
+def bounded_families() -> list[str]:
+    """The families with lower bounds (``llmopt bound``)."""
+    return [name for name, info in FAMILIES.items() if info.bounds]
 
 
 def problem_names(family: str | None = None) -> list[str]:

@@ -157,7 +157,7 @@ def best_replay_bound(inst: Instance) -> float | None:
         return _BOUNDS[inst.sha256]
     family = FAMILIES.get(inst.profile.family)
     best = None
-    if family is not None:
+    if family is not None and family.bounds:
         found = family_bounds(inst, BOUND_TIME_LIMIT_S, solver_bounds=False)
         valid = [b.value_ms for b in found if b.time_model == family.replay_time_model]
         best = max(valid) if valid else None
