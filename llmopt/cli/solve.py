@@ -28,6 +28,7 @@ from llmopt.cli.common import (
 )
 from llmopt.data.instance import Instance, load_instance
 from llmopt.files import out_path, sidecar_name
+from llmopt.plugins import load
 from llmopt.problems.api import resolve_options
 from llmopt.problems.api import solve as run_solve
 from llmopt.problems.registry import PROBLEMS, Option
@@ -145,12 +146,9 @@ def show(result: Result) -> None:
         out.print(f"proof: {result.proof}")
     for note in result.notes:
         out.print(f"note: {note}")
-    d = result.data
-    if "objective_replay_ms" in d:
-        out.print(f"{d['prefill_stages']} prefill stages, {d['decode_rounds']} decode rounds; "
-                  f"stage model {fmt_ms(d['objective_stage_model_ms'])} ms, replayed with "
-                  f"batch-dependent rounds {fmt_ms(d['objective_replay_ms'])} ms")
-        out.print("heuristics: " + ", ".join(f"{k} {fmt_ms(v)}" for k, v in
-                                               d["heuristics"].items()))
+    info = PROBLEMS.get(result.problem)
+    if info is not None and info.describe:
+        for line in load(info.describe)(result):
+            out.print(line)
     if result.interrupted:
         out.print("interrupted: the incumbent and the bound so far are kept")

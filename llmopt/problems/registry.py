@@ -52,6 +52,9 @@ class ProblemInfo:
     #: the independent checker of its solution files (``llmopt validate``, which never runs
     #: the solver): (instance, solution, verdict) -> llmopt.validate.claims.Evidence
     check: str | Callable[..., Any] = ""
+    #: the lines ``llmopt solve`` prints about a result beside its status, objective, bound,
+    #: proof and notes: (Result) -> list[str]; "": none
+    describe: str | Callable[..., Any] = ""
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ PROBLEMS: Registry[ProblemInfo] = Registry("llmopt.problems", ProblemInfo, [
              "cuts": Option(bool, "original: symmetry cuts and valid inequalities (default: "
                                   "with)")},
             solve="llmopt.problems.pang.pd_competition:solve",
-            check="llmopt.validate.pd_competition:check_pd_competition"),
+            check="llmopt.validate.pd_competition:check_pd_competition",
+            describe="llmopt.problems.pang.pd_competition:describe"),
         ProblemInfo(
             "infermax-csp", "infermax", "Kim et al. 2025 (InferMax)", "section 5",
             "optimal continuous batching: the batches (chunks, decodes, evictions) of least "

@@ -284,3 +284,15 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
                   proof=proof if status == "optimal" else None, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
+
+
+def describe(result: Result) -> list[str]:
+    """What ``llmopt solve`` prints of a PD-competition result beside its status and bound:
+    the plan's size, its total under both time models, and the heuristics'."""
+    d = result.data
+    if "objective_replay_ms" not in d:
+        return []
+    return [f"{d['prefill_stages']} prefill stages, {d['decode_rounds']} decode rounds; "
+            f"stage model {d['objective_stage_model_ms']:,.1f} ms, replayed with "
+            f"batch-dependent rounds {d['objective_replay_ms']:,.1f} ms",
+            "heuristics: " + ", ".join(f"{k} {v:,.1f}" for k, v in d["heuristics"].items())]
