@@ -73,8 +73,7 @@ def main() -> None:
     answers = sum(n for (_, status), n in counts.items()
                   if not status.startswith(("confirmed", "clock")))
     body = (
-        "## slo-priority cross-checked on random instances (issue 30)\n\n"
-        + header(command_line())
+        header(command_line())
         + f"- Instances: {args.instances} "
         "(`llmopt.experiments.crosscheck.random_slo_priority_instance`, seeds "
         f"{args.seed}–{args.seed + args.instances - 1}; requests per instance: "
