@@ -7,7 +7,8 @@ Findings (each one line) are contradictions: an answer the validator rejects, a 
 fails where a heuristic succeeded, an exact result above a heuristic under the same time model,
 two proven optima that differ, an optimum below another run's proven bound. An empty list means
 every answer was valid and consistent. Used by the test suite on random small instances and by
-``bench/crosscheck.py`` on a thousand of them.
+``bench/crosscheck.py`` on a thousand of them (``bench/slo_priority_crosscheck.py``: 500
+slo-priority instances).
 """
 
 from __future__ import annotations
