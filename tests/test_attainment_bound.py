@@ -15,7 +15,7 @@ from llmopt.data.instance import instance_from_mapping
 from llmopt.errors import InstanceError, LlmoptError, OptionError
 from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import replay_result
-from llmopt.problems.infermax import attainment
+from llmopt.problems.infermax import attainment, attainment_data
 from llmopt.problems.workflows.attainment import (
     MAX_ATTAINMENT_REQUESTS,
     AttainmentBound,
@@ -290,7 +290,7 @@ def test_unfinished_requests_are_served_alone_after_the_prefix():
     prefix = [{"evict": [], "prefill": {"r0": 2}, "decode": []},
               {"evict": [], "prefill": {"r0": 1, "r1": 1}, "decode": []},
               {"evict": [], "prefill": {}, "decode": ["r0"]}]
-    plan = attainment._extend(attainment._data(inst), prefix)
+    plan = attainment._extend(attainment_data.prepare(inst), prefix)
     assert plan[3:] == [
         {"evict": ["r0", "r1"], "prefill": {}, "decode": []},
         {"evict": [], "prefill": {"r0": 2}, "decode": []},
