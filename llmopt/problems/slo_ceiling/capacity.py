@@ -169,18 +169,22 @@ def flow_value(release: np.ndarray, early_end: np.ndarray, late_end: np.ndarray,
 
 
 def capacity_bound(ob: Obligations, chosen: np.ndarray | None = None,
-                   stop=None) -> tuple[int, list[CapacityPart], float]:
+                   stop=None, prompts_only: bool = False
+                   ) -> tuple[int, list[CapacityPart], float]:
     """The most requests among ``chosen`` (default: every ``WINDOW`` request) whose work fits
     (module doc), as the sum over independent parts; also the parts and the tick (ms). With
-    ``stop`` (a callable), parts not solved before it returns True count all their requests
-    (their ``lp_value`` is NaN)."""
+    ``prompts_only``, the prompts' work alone in their first-token windows (a bound on the
+    requests meeting their TTFT: the flow counts a request whose later work alone is routed
+    as partly served, which this one does not). With ``stop`` (a callable), parts not solved
+    before it returns True count all their requests (their ``lp_value`` is NaN)."""
     if chosen is None:
         chosen = np.flatnonzero(ob.kind == WINDOW)
     if len(chosen) == 0:
         return 0, [], 1.0
     a = ob.arrival_ms[chosen]
     first_by = ob.first_by_ms[chosen]
-    finish_by = np.where(np.isinf(ob.finish_by_ms[chosen]), first_by, ob.finish_by_ms[chosen])
+    finish_by = np.where(np.isinf(ob.finish_by_ms[chosen]) | prompts_only, first_by,
+                         ob.finish_by_ms[chosen])
     origin = float(a.min())
     unit = _unit_ms(float(finish_by.max() - origin),
                     float((ob.prefill_ms[chosen] + ob.later_ms[chosen]).sum()))
@@ -188,7 +192,7 @@ def capacity_bound(ob: Obligations, chosen: np.ndarray | None = None,
     early = np.floor((first_by - origin) / unit).astype(np.int64) + 1
     late = np.maximum(np.floor((finish_by - origin) / unit).astype(np.int64) + 1, early)
     p = np.floor(ob.prefill_ms[chosen] / unit).astype(np.int64)
-    q = np.floor(ob.later_ms[chosen] / unit).astype(np.int64)
+    q = np.floor(ob.later_ms[chosen] / unit).astype(np.int64) * (not prompts_only)
     total, out = 0, []
     for part in parts(release, late):
         w = p[part] + q[part]

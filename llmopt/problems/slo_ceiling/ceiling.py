@@ -28,6 +28,7 @@ from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, LlmoptError, OptionError
 from llmopt.problems.infermax.attainment import MAX_ATTAINMENT_REQUESTS, attainment_bound
 from llmopt.problems.slo_ceiling.capacity import capacity_bound
+from llmopt.problems.slo_ceiling.iterations import iteration_bound
 from llmopt.problems.slo_ceiling.requests import (
     FREE,
     NEVER,
@@ -38,6 +39,8 @@ from llmopt.problems.slo_ceiling.requests import (
 )
 
 ALL_RULES_UP_TO = 2000   # requests with deadlines up to which every bias rule is tried
+ITERATION_LP_UP_TO = 80  # ... up to which the iteration LP runs (its rows grow as n × slots)
+ITERATION_LP_TIME_S = 10.0
 VALID_UNDER = ("InferMax cost model; every schedule of the simulation core with these "
                "arrivals, M, C and J on {replicas} model instance(s): every InferMax-family "
                "policy{memory}, every plan of batches, any router")
@@ -51,6 +54,17 @@ CAPACITY_PROOF = ("the requests meeting their SLOs do their unavoidable work (pr
                   "at most R ms of work per ms: the fractional most that fits (a min-cost flow "
                   "over time slots, exact by the polymatroid greedy), floored, summed over "
                   "independent parts")
+
+PROMPTS_PROOF = ("the requests meeting their SLOs meet their TTFT: their prompts' unavoidable "
+                 "work (a share of each batch's bias by the {rule} rule) lies between arrival "
+                 "and first-token deadline, and R replicas give at most R ms of work per ms: "
+                 "the fractional most that fits (a min-cost flow), floored, summed over parts")
+
+ITERATIONS_PROOF = ("per time slot, the batches (each paying the bias, at most J requests and M "
+                    "KVs each, a request in a batch at most once) and the unavoidable work of "
+                    "the requests meeting their SLOs (prompt by the TTFT deadline, ⌈I/C⌉ prompt "
+                    "batches, one batch per later token by the finish deadline) fit in R ms "
+                    "per ms: an LP (HiGHS), its bound certified from the duals, floored")
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,9 @@ class AttainmentCeiling:
     parts: tuple[dict[str, Any], ...] = ()
     interrupted: bool = False
     notes: tuple[str, ...] = ()
+    #: the bound of the relaxations whose value cannot grow when arrivals are compressed
+    #: (``goodput``): the alone bound and the floor of the whole capacity LP
+    monotone_max: int | None = None
 
     @property
     def share(self) -> float:
@@ -115,28 +132,43 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
     notes: list[str] = []
     if ob.count(NEVER):
         notes.append(f"{ob.count(NEVER)} requests cannot meet their targets even alone")
+    monotone = bounds["alone"]
     # the rule charging the most bias first; on small instances every rule (the best counts)
     rules = [ob.charge_rule] + ([r for r in charge_rules(ob.M, ob.C) if r != ob.charge_rule]
                                 if ob.count(WINDOW) <= ALL_RULES_UP_TO else [])
-    for rule in rules:
+    for rule, prompts in [(r, False) for r in rules] + [(rules[0], True)]:
         if not ob.count(WINDOW) or stopped():
             interrupted = interrupted or bool(ob.count(WINDOW))
             break
         this = ob if rule == ob.charge_rule else obligations(instance, memory, rule)
-        met, found, unit = capacity_bound(this, stop=stopped)
+        met, found, unit = capacity_bound(this, stop=stopped, prompts_only=prompts)
         interrupted = interrupted or any(math.isnan(p.lp_value) for p in found)
-        if "capacity" in bounds and free + met >= bounds["capacity"]:
+        lp = sum(p.requests if math.isnan(p.lp_value) else p.lp_value for p in found)
+        monotone = min(monotone, free + math.floor(lp + 1e-6))
+        name = "capacity (prompts)" if prompts else "capacity"
+        if name in bounds and free + met >= bounds[name]:
             continue
-        bounds["capacity"] = free + met
-        proofs["capacity"] = CAPACITY_PROOF.format(rule=rule)
-        parts = tuple({"start_ms": p.start_ms, "end_ms": p.end_ms, "requests": p.requests,
-                       "met_max": p.met_max,
-                       "lp_value": None if math.isnan(p.lp_value) else p.lp_value}
-                      for p in found)
-        capacity_note = (f"capacity: {len(found)} independent parts, ticks of {unit:g} ms, "
-                         f"bias charged by {rule}")
+        bounds[name] = free + met
+        proofs[name] = (PROMPTS_PROOF if prompts else CAPACITY_PROOF).format(rule=rule)
+        if not prompts:
+            parts = tuple({"start_ms": p.start_ms, "end_ms": p.end_ms, "requests": p.requests,
+                           "met_max": p.met_max,
+                           "lp_value": None if math.isnan(p.lp_value) else p.lp_value}
+                          for p in found)
+            capacity_note = (f"capacity: {len(found)} independent parts, ticks of {unit:g} "
+                             f"ms, bias charged by {rule}")
     if "capacity" in bounds:
         notes.append(capacity_note)
+    if 0 < ob.count(WINDOW) <= ITERATION_LP_UP_TO and not stopped():
+        found_lp = iteration_bound(ob, time_limit_s=min(ITERATION_LP_TIME_S,
+                                                        deadline - time.perf_counter()))
+        if found_lp is None:
+            notes.append("iteration LP: not solved within its time limit")
+        else:
+            bounds["iterations"] = free + found_lp.met_max
+            proofs["iterations"] = ITERATIONS_PROOF
+            notes.append(f"iteration LP: {found_lp.slots} slots, {found_lp.variables} "
+                         f"variables, certified dual bound {found_lp.lp_value:.6g}")
     if exact and _exact_applies(instance) and not stopped():
         from_exact = _exact(instance, deadline - time.perf_counter(), workers)
         if from_exact is not None:
@@ -150,7 +182,7 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
         met_max=int(bounds[method]), requests=n, method=method, proof=proofs[method],
         valid_under=VALID_UNDER.format(replicas=replicas, memory=memory_text),
         runtime_s=time.perf_counter() - t0, bounds=dict(bounds), parts=parts,
-        interrupted=interrupted, notes=tuple(notes))
+        interrupted=interrupted, notes=tuple(notes), monotone_max=monotone)
 
 
 def _exact_applies(instance: Instance) -> bool:

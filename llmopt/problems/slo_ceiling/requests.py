@@ -73,6 +73,13 @@ class Obligations:
     later_ms: np.ndarray
     first_alone_ms: np.ndarray
     later_alone_ms: np.ndarray
+    own_prefill_ms: np.ndarray     # without bias charges (the iteration LP counts batches)
+    own_later_ms: np.ndarray
+    least_step_ms: np.ndarray      # the least own work of one later token
+    prompt_batches: np.ndarray     # ⌈I/C⌉
+    later_tokens: np.ndarray       # O − 1
+    inputs: np.ndarray
+    bias_ms: float
     replicas: int
     charge_rule: str
     M: int | None
@@ -174,6 +181,11 @@ def obligations(instance: Instance, memory: bool = True, charge_rule: str | None
         charge_rule = "none"
     pre_charge, dec_charge, refill_charge = rule_charges(charge_rule)
     later_alone, later_work = _later_parts(p, I, O, C, dec_charge, refill_charge)
+    _, own_later = _later_parts(p, I, O, C, lambda i, k, first=1: 0.0 * k,
+                                lambda ctx, ch: 0.0 * ctx)
+    least_step = np.minimum(p.per_token_ms + p.decode_kv_ms * I,
+                            p.per_token_ms * (I + 1) + p.prefill_attention_ms * (I + 1) ** 2
+                            + p.per_prefill_request_ms * _chunks(I + 1, C))
     prefill_work = own_prefill + pre_charge
 
     ttft, tpot, e2e = (instance.slo_targets(f) for f in ("ttft_slo_ms", "tpot_slo_ms",
@@ -197,14 +209,17 @@ def obligations(instance: Instance, memory: bool = True, charge_rule: str | None
     kind = np.where(~(has_ttft | has_tpot | has_e2e), FREE,
                     np.where(~alone_ok, NEVER,
                              np.where(has_ttft | has_e2e, WINDOW, SOLO)))
-    # a request without a first-token deadline but with a finish deadline: its prefill is due
-    # by the finish too
-    first_by = np.where(np.isinf(first_by), finish_by, first_by)
+    # the first token comes by the finish too
+    first_by = np.minimum(first_by, finish_by)
     # a request without a finish obligation adds nothing after its first token
     later_work = np.where(np.isinf(finish_by), 0.0, later_work)
     shrink = 1 - REL_MARGIN
     return Obligations(kind=kind.astype(np.int8), arrival_ms=a, first_by_ms=first_by,
                        finish_by_ms=finish_by, prefill_ms=prefill_work * shrink,
                        later_ms=later_work * shrink, first_alone_ms=first_alone,
-                       later_alone_ms=later_alone, replicas=int(instance.system.instances),
+                       later_alone_ms=later_alone, own_prefill_ms=own_prefill * shrink,
+                       own_later_ms=np.where(np.isinf(finish_by), 0.0, own_later) * shrink,
+                       least_step_ms=least_step * shrink, prompt_batches=prefill_chunks,
+                       later_tokens=O - 1, inputs=I, bias_ms=float(p.bias_ms),
+                       replicas=int(instance.system.instances),
                        charge_rule=charge_rule, M=M, C=C, J=J)
