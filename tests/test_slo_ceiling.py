@@ -4,6 +4,8 @@ interruption and its refusals."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
 
 import numpy as np
@@ -21,6 +23,7 @@ from llmopt.experiments.slo_ceiling_check import (
 from llmopt.policies.replay import replay
 from llmopt.problems.slo_ceiling.capacity import flow_value, parts
 from llmopt.problems.slo_ceiling.ceiling import attainment_ceiling
+from llmopt.problems.slo_ceiling.goodput import goodput_ceiling
 from llmopt.problems.slo_ceiling.requests import NEVER, SOLO, WINDOW, obligations
 
 PROPERTY_INSTANCES = 1000   # bench/slo_ceiling.py --property runs more, with every policy each
@@ -225,3 +228,54 @@ def test_window_requests_and_sentence():
     assert list(obligations(inst).kind) == [WINDOW, WINDOW]
     text = attainment_ceiling(inst).sentence()
     assert text.startswith("at most 1 of 2 requests (50.0 %) can meet their SLOs")
+
+
+# --------------------------------------------------------------------- goodput ceiling
+
+GENERATED = {"name": "gen", "model": "infermax-llama3-8b-a100", "system": {"clients": 64},
+             "requests": {"generate": {
+                 "count": 60, "seed": 3,
+                 "input": {"dist": "lognormal", "mean": 161, "std": 161, "min": 4, "max": 2048},
+                 "output": {"dist": "lognormal", "mean": 60, "std": 60, "min": 2, "max": 400},
+                 "arrival": {"process": "poisson", "rate_per_s": 1.0}}},
+             "slo": {"multiple": 3}}
+
+
+def generated_at(rate: float):
+    data = copy.deepcopy(GENERATED)
+    data["requests"]["generate"]["arrival"]["rate_per_s"] = rate
+    return instance_from_mapping(data)
+
+
+@pytest.mark.parametrize("level", [0.9, 0.95])
+def test_no_policy_reaches_the_level_above_the_goodput_ceiling(level):
+    """The generator draws the same gaps at every rate (``scaled``); above the lowest rate
+    where the ceiling forbids the level, no policy reaches it (probed up to 8x), and where the
+    ceiling allows it at rate r its (monotone) bound allows it at every lower probed rate."""
+    found = goodput_ceiling(generated_at, level, 1.0, 2000.0, rel_tol=0.02)
+    assert found.scaled and found.rate is not None and found.forbidden_at is not None
+    assert found.rate < found.forbidden_at <= found.rate * 1.03
+    for factor in (1.0, 1.5, 3.0, 8.0):
+        inst = generated_at(found.forbidden_at * factor)
+        for name in ("vllm", "sarathi", "sjf", "vllm-v1", "sola", "vllm-s-1024"):
+            share = met_count(inst, replay(inst, name)) / inst.num_requests
+            assert share < level, (name, factor, share)
+    allowed = sorted((rate, met) for rate, met, _ in found.probes)
+    for (r1, m1), (r2, m2) in itertools.pairwise(allowed):
+        assert m1 >= m2, (r1, m1, r2, m2)   # the monotone bound never grows with the rate
+
+
+def test_the_goodput_ceiling_notices_draws_that_are_not_scaled():
+    def reseeded(rate: float):
+        data = copy.deepcopy(GENERATED)
+        data["requests"]["generate"]["arrival"]["rate_per_s"] = rate
+        data["requests"]["generate"]["seed"] = int(rate)
+        return instance_from_mapping(data)
+    assert not goodput_ceiling(reseeded, 0.9, 1.0, 2000.0, steps=3).scaled
+
+
+def test_goodput_refusals():
+    with pytest.raises(OptionError):
+        goodput_ceiling(generated_at, 1.5, 1.0, 10.0)
+    with pytest.raises(OptionError):
+        goodput_ceiling(generated_at, 0.9, 10.0, 1.0)

@@ -34,13 +34,14 @@ from llmopt.problems.slo_ceiling.requests import (
     NEVER,
     SOLO,
     WINDOW,
+    Obligations,
     charge_rules,
     obligations,
 )
 
 ALL_RULES_UP_TO = 2000   # requests with deadlines up to which every bias rule is tried
 ITERATION_LP_UP_TO = 80  # ... up to which the iteration LP runs (its rows grow as n × slots)
-ITERATION_LP_TIME_S = 10.0
+ITERATION_LP_TIME_S = 5.0
 VALID_UNDER = ("InferMax cost model; every schedule of the simulation core with these "
                "arrivals, M, C and J on {replicas} model instance(s): every InferMax-family "
                "policy{memory}, every plan of batches, any router")
@@ -109,11 +110,14 @@ def _check(instance: Instance, time_limit_s: float) -> None:
 
 def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
                        stop: Callable[[], bool] | None = None, memory: bool = True,
-                       exact: bool = False, workers: int = 2) -> AttainmentCeiling:
+                       exact: bool = False, workers: int = 2,
+                       iterations: bool = True) -> AttainmentCeiling:
     """The ceiling of the module doc. ``stop`` (a callable) or the time limit interrupts the
     relaxations: the best bound found so far is returned (``interrupted``). ``memory=False``:
     no KV rule (valid for policies ignoring M). ``exact``: also run the exact model where it
-    applies (≤ 16 requests, one model instance, M and C given), within the time left."""
+    applies (≤ 16 requests, one model instance, M and C given), within the time left.
+    ``iterations=False`` skips the iteration LP (the goodput ceiling uses only the bounds
+    monotone in the rate)."""
     t0 = time.perf_counter()
     _check(instance, time_limit_s)
     deadline = t0 + time_limit_s
@@ -133,33 +137,14 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
     if ob.count(NEVER):
         notes.append(f"{ob.count(NEVER)} requests cannot meet their targets even alone")
     monotone = bounds["alone"]
-    # the rule charging the most bias first; on small instances every rule (the best counts)
-    rules = [ob.charge_rule] + ([r for r in charge_rules(ob.M, ob.C) if r != ob.charge_rule]
-                                if ob.count(WINDOW) <= ALL_RULES_UP_TO else [])
-    for rule, prompts in [(r, False) for r in rules] + [(rules[0], True)]:
-        if not ob.count(WINDOW) or stopped():
-            interrupted = interrupted or bool(ob.count(WINDOW))
-            break
-        this = ob if rule == ob.charge_rule else obligations(instance, memory, rule)
-        met, found, unit = capacity_bound(this, stop=stopped, prompts_only=prompts)
-        interrupted = interrupted or any(math.isnan(p.lp_value) for p in found)
-        lp = sum(p.requests if math.isnan(p.lp_value) else p.lp_value for p in found)
-        monotone = min(monotone, free + math.floor(lp + 1e-6))
-        name = "capacity (prompts)" if prompts else "capacity"
-        if name in bounds and free + met >= bounds[name]:
-            continue
-        bounds[name] = free + met
-        proofs[name] = (PROMPTS_PROOF if prompts else CAPACITY_PROOF).format(rule=rule)
-        if not prompts:
-            parts = tuple({"start_ms": p.start_ms, "end_ms": p.end_ms, "requests": p.requests,
-                           "met_max": p.met_max,
-                           "lp_value": None if math.isnan(p.lp_value) else p.lp_value}
-                          for p in found)
-            capacity_note = (f"capacity: {len(found)} independent parts, ticks of {unit:g} "
-                             f"ms, bias charged by {rule}")
-    if "capacity" in bounds:
-        notes.append(capacity_note)
-    if 0 < ob.count(WINDOW) <= ITERATION_LP_UP_TO and not stopped():
+    if ob.count(WINDOW):
+        found_cap = _capacity(instance, ob, memory, free, stopped, deadline)
+        bounds.update(found_cap.bounds)
+        proofs.update(found_cap.proofs)
+        parts, monotone = found_cap.parts, min(monotone, found_cap.monotone)
+        interrupted = interrupted or found_cap.interrupted
+        notes += found_cap.notes
+    if iterations and 0 < ob.count(WINDOW) <= ITERATION_LP_UP_TO and not stopped():
         found_lp = iteration_bound(ob, time_limit_s=min(ITERATION_LP_TIME_S,
                                                         deadline - time.perf_counter()))
         if found_lp is None:
@@ -183,6 +168,55 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
         valid_under=VALID_UNDER.format(replicas=replicas, memory=memory_text),
         runtime_s=time.perf_counter() - t0, bounds=dict(bounds), parts=parts,
         interrupted=interrupted, notes=tuple(notes), monotone_max=monotone)
+
+
+@dataclass
+class _Capacity:
+    bounds: dict[str, int] = field(default_factory=dict)
+    proofs: dict[str, str] = field(default_factory=dict)
+    parts: tuple[dict[str, Any], ...] = ()
+    monotone: int = 1 << 62
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def _capacity(instance: Instance, ob: Obligations, memory: bool, free: int,
+              stopped: Callable[[], bool], deadline: float) -> _Capacity:
+    """The capacity flows: the bias rule charging the most first (on small instances every
+    rule, the best counting), then the prompts-only flow. A flow cannot be interrupted once
+    started: one is skipped (``interrupted``) when the longest so far would not end before
+    the deadline."""
+    out = _Capacity()
+    rules = [ob.charge_rule] + ([r for r in charge_rules(ob.M, ob.C) if r != ob.charge_rule]
+                                if ob.count(WINDOW) <= ALL_RULES_UP_TO else [])
+    longest = 0.0
+    for rule, prompts in [(r, False) for r in rules] + [(rules[0], True)]:
+        if stopped() or time.perf_counter() + longest > deadline:
+            out.interrupted = True
+            out.notes.append(f"capacity{' (prompts)' if prompts else ''} with {rule}: not run "
+                             "(time limit)")
+            continue
+        started = time.perf_counter()
+        this = ob if rule == ob.charge_rule else obligations(instance, memory, rule)
+        met, found, unit = capacity_bound(this, stop=stopped, prompts_only=prompts)
+        longest = max(longest, time.perf_counter() - started)
+        out.interrupted = out.interrupted or any(math.isnan(p.lp_value) for p in found)
+        lp = sum(p.requests if math.isnan(p.lp_value) else p.lp_value for p in found)
+        out.monotone = min(out.monotone, free + math.floor(lp + 1e-6))
+        name = "capacity (prompts)" if prompts else "capacity"
+        if name in out.bounds and free + met >= out.bounds[name]:
+            continue
+        out.bounds[name] = free + met
+        out.proofs[name] = (PROMPTS_PROOF if prompts else CAPACITY_PROOF).format(rule=rule)
+        if not prompts:
+            out.parts = tuple({"start_ms": p.start_ms, "end_ms": p.end_ms,
+                               "requests": p.requests, "met_max": p.met_max,
+                               "lp_value": None if math.isnan(p.lp_value) else p.lp_value}
+                              for p in found)
+            out.notes = [n for n in out.notes if not n.startswith("capacity: ")]
+            out.notes.append(f"capacity: {len(found)} independent parts, ticks of {unit:g} "
+                             f"ms, bias charged by {rule}")
+    return out
 
 
 def _exact_applies(instance: Instance) -> bool:

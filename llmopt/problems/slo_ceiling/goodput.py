@@ -109,7 +109,8 @@ def goodput_ceiling(make_instance: Callable[[float], Instance], level: float, lo
             base = (instance, rate)
         else:
             scaled = scaled and check_scaling(base[0], base[1], instance, rate)
-        ceiling = attainment_ceiling(instance, time_limit_s=time_limit_s, memory=memory)
+        ceiling = attainment_ceiling(instance, time_limit_s=time_limit_s, memory=memory,
+                                     iterations=False)
         met = ceiling.monotone_max if ceiling.monotone_max is not None else ceiling.met_max
         probes.append((rate, met, ceiling.requests))
         return allows(met, ceiling.requests, level)
