@@ -26,7 +26,7 @@ from llmopt.problems.slo_ceiling.ceiling import attainment_ceiling
 from llmopt.problems.slo_ceiling.goodput import goodput_ceiling
 from llmopt.problems.slo_ceiling.requests import NEVER, SOLO, WINDOW, obligations
 
-PROPERTY_INSTANCES = 1000   # bench/slo_ceiling.py --property runs more, with every policy each
+PROPERTY_INSTANCES = 400   # bench/slo_ceiling.py --property 1000 replays every policy on each
 
 
 def two_requests(ttft_ms: float, instances: int = 1, **extra) -> dict:
@@ -90,9 +90,9 @@ def test_never_below_the_exact_models_plans():
         if result.exact_best is not None and result.exact_best == result.exact_upper:
             found += 1
             assert result.ceiling >= result.exact_best
-        if found >= 5:
+        if found >= 3:
             break
-    assert found >= 5
+    assert found >= 3
 
 
 # --------------------------------------------------------------------- hand cases

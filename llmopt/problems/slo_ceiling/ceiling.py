@@ -6,7 +6,10 @@ the best of the relaxations that ran within the time limit.
 - ``alone``: the requests that cannot meet their targets even with the machine to themselves
   never meet them (``requests``);
 - ``capacity``: the work of the requests meeting their SLOs fits in their windows on R
-  replicas, bias charged by J, C or M (``capacity``), summed over independent parts;
+  replicas, bias charged by J, C or M (``capacity``), summed over independent parts; the same
+  for their prompts alone (``capacity (prompts)``); and both parts of each request served in
+  the same proportion, an LP over merged time slots (``capacity (joint)``, ``joint``);
+- ``iterations``: an LP that counts the batches per time slot (``iterations``);
 - ``exact``: up to ``MAX_ATTAINMENT_REQUESTS`` requests on one model instance, the proven
   bound of the exact attainment model (``llmopt.problems.infermax.attainment``), when asked.
 
@@ -29,6 +32,7 @@ from llmopt.errors import InstanceError, LlmoptError, OptionError
 from llmopt.problems.infermax.attainment import MAX_ATTAINMENT_REQUESTS, attainment_bound
 from llmopt.problems.slo_ceiling.capacity import capacity_bound
 from llmopt.problems.slo_ceiling.iterations import iteration_bound
+from llmopt.problems.slo_ceiling.joint import joint_bound
 from llmopt.problems.slo_ceiling.requests import (
     FREE,
     NEVER,
@@ -40,6 +44,8 @@ from llmopt.problems.slo_ceiling.requests import (
 )
 
 ALL_RULES_UP_TO = 2000   # requests with deadlines up to which every bias rule is tried
+JOINT_LP_UP_TO = 2000    # ... up to which the joint LP runs
+JOINT_LP_TIME_S = 10.0
 ITERATION_LP_UP_TO = 80  # ... up to which the iteration LP runs (its rows grow as n × slots)
 ITERATION_LP_TIME_S = 5.0
 VALID_UNDER = ("InferMax cost model; every schedule of the simulation core with these "
@@ -61,6 +67,11 @@ PROMPTS_PROOF = ("the requests meeting their SLOs meet their TTFT: their prompts
                  "and first-token deadline, and R replicas give at most R ms of work per ms: "
                  "the fractional most that fits (a min-cost flow), floored, summed over parts")
 
+JOINT_PROOF = ("the requests meeting their SLOs place all their unavoidable work (prompt by the "
+               "TTFT deadline, later tokens by the finish deadline, a share of each batch's bias "
+               "by the {rule} rule) between arrival and deadline, at most R ms per ms of each "
+               "time slot: an LP (HiGHS) serving each request's two parts in the same "
+               "proportion, its bound certified from the duals, floored")
 ITERATIONS_PROOF = ("per time slot, the batches (each paying the bias, at most J requests and M "
                     "KVs each, a request in a batch at most once) and the unavoidable work of "
                     "the requests meeting their SLOs (prompt by the TTFT deadline, ⌈I/C⌉ prompt "
@@ -144,6 +155,16 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
         parts, monotone = found_cap.parts, min(monotone, found_cap.monotone)
         interrupted = interrupted or found_cap.interrupted
         notes += found_cap.notes
+    if 0 < ob.count(WINDOW) <= JOINT_LP_UP_TO and not stopped():
+        found_joint = joint_bound(ob, time_limit_s=min(JOINT_LP_TIME_S,
+                                                       deadline - time.perf_counter()))
+        if found_joint is None:
+            notes.append("joint LP: not solved within its time limit")
+        else:
+            bounds["capacity (joint)"] = free + found_joint.met_max
+            proofs["capacity (joint)"] = JOINT_PROOF.format(rule=ob.charge_rule)
+            notes.append(f"joint LP: {found_joint.slots} slots, {found_joint.variables} "
+                         f"variables, certified dual bound {found_joint.lp_value:.6g}")
     if iterations and 0 < ob.count(WINDOW) <= ITERATION_LP_UP_TO and not stopped():
         found_lp = iteration_bound(ob, time_limit_s=min(ITERATION_LP_TIME_S,
                                                         deadline - time.perf_counter()))

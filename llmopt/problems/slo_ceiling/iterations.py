@@ -29,13 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import highspy
 import numpy as np
 
+from llmopt.problems.slo_ceiling.lp import certified_max, slot_edges
 from llmopt.problems.slo_ceiling.requests import WINDOW, Obligations
 
 MAX_SLOTS = 120
-CERTIFICATE_MARGIN = 1e-7   # relative, on the dual bound's terms
 
 
 @dataclass(frozen=True)
@@ -45,15 +44,6 @@ class IterationBound:
     slots: int
     variables: int
     status: str
-
-
-def _slots(edges: np.ndarray, max_slots: int) -> np.ndarray:
-    """At most ``max_slots`` + 1 slot edges from the sorted ``edges``, keeping the first and
-    last (merged slots: a window meeting a slot may use all of it)."""
-    if len(edges) <= max_slots + 1:
-        return edges
-    pick = np.unique(np.round(np.linspace(0, len(edges) - 1, max_slots + 1)).astype(int))
-    return edges[pick]
 
 
 def iteration_bound(ob: Obligations, time_limit_s: float = 10.0,
@@ -69,7 +59,7 @@ def iteration_bound(ob: Obligations, time_limit_s: float = 10.0,
     first_by = ob.first_by_ms[chosen]
     has_finish = ~np.isinf(ob.finish_by_ms[chosen])
     finish_by = np.where(has_finish, ob.finish_by_ms[chosen], first_by)
-    edges = _slots(np.unique(np.concatenate([a, first_by, finish_by])), max_slots)
+    edges = slot_edges(np.unique(np.concatenate([a, first_by, finish_by])), max_slots)
     S = len(edges) - 1
     if S < 1:
         return None
@@ -173,45 +163,11 @@ def iteration_bound(ob: Obligations, time_limit_s: float = 10.0,
             add_row(np.concatenate([[n0 + s], kv_cols[on]]),
                     np.concatenate([[-float(M)], kv_v[on]]), 0)
     upper = np.concatenate(cols_upper)
-    ncols = len(upper)
-    r = np.concatenate(rows)
-    c = np.concatenate(cidx).astype(np.int64)
-    v = np.concatenate(vals).astype(float)
-    b = np.array(rhs, dtype=float)
-    cost = np.zeros(ncols)
+    cost = np.zeros(len(upper))
     cost[:n] = 1.0
-    order = np.lexsort((r, c))
-    r, c, v = r[order], c[order], v[order]
-    starts = np.searchsorted(c, np.arange(ncols + 1))
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = ncols, len(b)
-    lp.col_cost_ = cost
-    lp.col_lower_ = np.zeros(ncols)
-    lp.col_upper_ = upper
-    lp.row_lower_ = np.full(len(b), -highspy.kHighsInf)
-    lp.row_upper_ = b
-    lp.sense_ = highspy.ObjSense.kMaximize
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = starts
-    lp.a_matrix_.index_ = r
-    lp.a_matrix_.value_ = v
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(max(time_limit_s, 0.01)))
-    h.setOptionValue("threads", 1)
-    h.passModel(lp)
-    h.run()
-    status = h.modelStatusToString(h.getModelStatus())
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+    solved = certified_max(cost, upper, np.concatenate(rows), np.concatenate(cidx),
+                           np.concatenate(vals), np.array(rhs, dtype=float), time_limit_s)
+    if solved is None:
         return None
-    duals = np.asarray(h.getSolution().row_dual)
-    best = math.inf
-    for y in (np.maximum(duals, 0.0), np.maximum(-duals, 0.0)):
-        aty = np.bincount(c, weights=v * y[r], minlength=ncols)
-        reduced = np.maximum(0.0, cost - aty)
-        bound = float(y @ b + upper @ reduced)
-        terms = float(np.abs(y) @ np.abs(b) + upper @ (np.abs(cost) + np.abs(aty)))
-        best = min(best, bound + CERTIFICATE_MARGIN * terms)
-    if not math.isfinite(best):
-        return None
-    return IterationBound(min(n, math.floor(best + 1e-9)), best, S, ncols, status)
+    best, status = solved
+    return IterationBound(min(n, math.floor(best + 1e-9)), best, S, len(upper), status)
