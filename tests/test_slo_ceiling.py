@@ -171,6 +171,21 @@ def test_the_bias_charge_makes_the_bound_tight():
     assert "c/C" in ceiling.proof
 
 
+def test_counting_batches_makes_the_bound_tight():
+    """Two requests of 1 prompt token arriving together, TTFT target 1.31 ms (their least time
+    alone): together a batch takes 1.62 ms, so one meets. The bias charges (1/J with J = 4:
+    0.25 ms each) let both fit in the flow; the iteration LP counts the batch: bias·n + 0.31
+    (x_1 + x_2) ≤ 1.31 with n ≥ x_1, x_2 gives x_1 + x_2 ≤ 1.62, floored to 1."""
+    data = two_requests(ttft_ms=1.31)
+    for r in data["requests"]:
+        r["input_tokens"] = 1
+    inst = instance_from_mapping(data)
+    ceiling = attainment_ceiling(inst)
+    assert ceiling.bounds["capacity"] == 2 and ceiling.bounds["iterations"] == 1
+    assert ceiling.met_max == 1 and ceiling.method == "iterations"
+    assert plan_count(inst, [{"prefill": {"r0": 1}}, {"prefill": {"r1": 1}}]) == 1
+
+
 # --------------------------------------------------------------------- the flow and its parts
 
 def test_the_flow_is_the_fractional_optimum():
@@ -204,6 +219,9 @@ def test_an_interrupted_ceiling_keeps_the_best_bound_so_far():
     inst = instance_from_mapping(two_requests(ttft_ms=4.0))
     ceiling = attainment_ceiling(inst, stop=lambda: True)
     assert ceiling.interrupted and ceiling.met_max == 2 and ceiling.method == "alone"
+    ceiling = attainment_ceiling(inst, time_limit_s=1e-9)
+    assert ceiling.interrupted and ceiling.met_max == 2
+    assert not attainment_ceiling(inst).interrupted
 
 
 def test_refusals():
