@@ -178,9 +178,12 @@ def tightness() -> list[str]:
 
             best = bisect(ok, low, high)
             ceiling_g = goodput_ceiling(make, level, low, high)
+            shown = (f"below {low:g}" if ceiling_g.rate is None
+                     else f"{ceiling_g.rate:.4g}"
+                     + ("" if ceiling_g.scaled else " (not scaled draws!)"))
             if best is None:
                 lines.append(f"| {name} | {level:g} | {knob} | below {low:g} | | | | | "
-                             f"{ceiling_g.rate} | |")
+                             f"{shown} | |")
                 continue
             inst = make(best)
             share, who = seen[best]
@@ -188,9 +191,7 @@ def tightness() -> list[str]:
             ratio = "" if ceiling_g.rate is None else f"{ceiling_g.rate / best:.2f}"
             lines.append(f"| {name} | {level:g} | {knob} | {best:.4g} | {who} | "
                          f"{100 * share:.1f} % | {100 * ceiling.share:.1f} % ({ceiling.method}) "
-                         f"| {100 * (ceiling.share - share):.1f} pts | "
-                         f"{ceiling_g.rate if ceiling_g.rate is None else f'{ceiling_g.rate:.4g}'}"
-                         f"{'' if ceiling_g.scaled else ' (not scaled draws!)'} | {ratio} |")
+                         f"| {100 * (ceiling.share - share):.1f} pts | {shown} | {ratio} |")
             print(lines[-1], flush=True)
     lines += ["", f"Best policy: the best of {', '.join(POLICIES)} at each probe. Goodput: "
               "the sweep's search (bisection on geometric midpoints within 1 %) for the best "

@@ -181,9 +181,8 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
             bounds["exact"] = from_exact[0]
             proofs["exact"] = from_exact[1]
     method = min(bounds, key=lambda k: (bounds[k], list(bounds).index(k)))
-    memory_text = "" if memory else " (also those ignoring M, such as vllm-unlimited)"
-    if memory:
-        memory_text = " that respects M (vllm-unlimited ignores it: use memory=False)"
+    memory_text = (" that respects M (vllm-unlimited ignores it: use memory=False)" if memory
+                   else " (also those ignoring M, such as vllm-unlimited)")
     return AttainmentCeiling(
         met_max=int(bounds[method]), requests=n, method=method, proof=proofs[method],
         valid_under=VALID_UNDER.format(replicas=replicas, memory=memory_text),
