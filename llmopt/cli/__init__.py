@@ -11,6 +11,7 @@ from llmopt.cli import (
     fit_profile,
     gantt,
     listing,
+    profile,
     replay,
     solve,
     sweep,
@@ -36,6 +37,7 @@ app.command()(gantt.gantt)
 app.command("fit-profile")(fit_profile.fit_profile)
 app.command("list")(listing.list_)
 app.add_typer(sweep.app, name="sweep")
+app.add_typer(profile.app, name="profile")
 
 
 def main() -> None:
