@@ -145,6 +145,7 @@ def test_profile_command_writes_a_loadable_profile(cli, tmp_path) -> None:
     ("llama-3.1-70b-instruct", ["--gpu", "L40S-48GB"], "--tp", "1"),  # does not fit
     ("llama-3.1-8b-instruct", ["--gpu", "H100-PCIe"], "--gpu", "'H100-PCIe'"),
     ("llama-3.1-8b-instruct", ["--gpu", "A100-SXM4-80GB", "--dtype", "fp8"], "--dtype", "'fp8'"),
+    ("llama-3.1-8b-instruct", ["--gpu", "V100-SXM2-32GB"], "--dtype", "'bf16'"),
     ("llama-3.1-8b-instruct", ["--gpu", "H100-SXM5-80GB", "--dtype", "int3"], "--dtype",
      "'int3'"),
     ("llama-3.1-8b-instruct", ["--gpu", "H100-SXM5-80GB", "--mbu", "1.5"], "--mbu", "1.5"),

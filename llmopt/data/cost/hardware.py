@@ -46,9 +46,13 @@ class Gpu:
     interconnect_gb_per_s: float  # the datasheet's figure: both directions added
     source: str
     interconnect_source: str
+    bf16: bool = True  # V100: fp16 tensor cores only
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense tensor peak for ``dtype`` (bf16 and fp16 share the 16-bit figure)."""
+        if dtype == "bf16" and not self.bf16:
+            raise OptionError(f"{self.name} has no bf16 tensor cores (its datasheet lists "
+                              "fp16): use fp16", field="--dtype", value=dtype)
         if dtype == "fp8":
             if self.fp8_dense_tflops <= 0:
                 raise OptionError(f"{self.name} has no fp8 tensor cores (its datasheet lists "
@@ -63,7 +67,7 @@ def gpu_table() -> dict[str, Gpu]:
     return {r["gpu"]: Gpu(r["gpu"], float(r["memory_gib"]), float(r["hbm_tb_per_s"]),
                           float(r["bf16_dense_tflops"]), float(r["fp8_dense_tflops"]),
                           r["interconnect"], float(r["interconnect_gb_per_s"]), r["source"],
-                          r["interconnect_source"]) for r in rows}
+                          r["interconnect_source"], r["bf16"] == "1") for r in rows}
 
 
 def find_gpu(name: str) -> Gpu:
