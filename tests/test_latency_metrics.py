@@ -43,6 +43,26 @@ def test_inter_token_latencies_by_hand() -> None:
     assert queue["a"] == 0 and queue["d"] == pytest.approx(ends[3])  # d starts in iteration 5
 
 
+def test_an_eviction_listed_after_its_refill_still_starts_the_refill() -> None:
+    """One request (1 token in, 3 out): prefill, a decode, evicted holding 2 KVs and refilled
+    with 3 tokens at the same instant, the marker listed after the refill (on another client,
+    as a plan replay lists it). The refill emits the third token: gaps of 1 ms and 1 ms."""
+    from llmopt.schedule.schedule import ITERATION_COLUMNS, Schedule
+
+    segments = pd.DataFrame(
+        [("r", 0, 0, "prefill", 0.0, 1.0, 1), ("r", 0, 0, "decode", 1.0, 2.0, 1),
+         ("r", 0, 0, "refill", 2.0, 3.0, 3), ("r", 1, 0, "evict", 2.0, 2.0, 2)],
+        columns=["request", "client", "instance", "phase", "start_ms", "end_ms", "tokens"])
+    iterations = pd.DataFrame([(0, t, t + 1.0, "prefill", 1, 1, 0, 1, 0, 1) for t in
+                               (0.0, 1.0, 2.0)], columns=ITERATION_COLUMNS)
+    requests = pd.DataFrame([("r", 0, 0, 1, 3, 0.0, 1.0, 3.0, 1)],
+                            columns=["request", "instance", "client", "input_tokens",
+                                     "output_tokens", "arrival_ms", "first_token_ms",
+                                     "finish_ms", "evictions"])
+    schedule = Schedule("hand", segments, iterations, requests, 2)
+    assert schedule.inter_token_latencies()["itl_ms"].tolist() == [1.0, 1.0]
+
+
 @pytest.mark.parametrize(("instance", "policy"), CASES, ids=lambda x: str(x))
 def test_identities_and_the_validator(instance, policy) -> None:
     inst = load_instance(TOY / instance)

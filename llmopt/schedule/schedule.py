@@ -190,8 +190,10 @@ class Schedule:
         involved = seg["phase"].isin(["evict", "refill"]).to_numpy()
         if not involved.any():
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        seg = seg[involved].assign(row=self._request_codes(seg["request"][involved]))
-        seg = seg.sort_values(["row", "start_ms"], kind="stable")
+        seg = seg[involved].assign(row=self._request_codes(seg["request"][involved]),
+                                   refill=(seg["phase"][involved] == "refill").to_numpy())
+        # an eviction marker comes before the refill that starts when it is made
+        seg = seg.sort_values(["row", "start_ms", "refill"], kind="stable")
         evict = (seg["phase"] == "evict").to_numpy()
         life = pd.Series(evict.astype(int), index=seg.index).groupby(seg["row"]).cumsum()
         evicted = seg["tokens"].where(evict).astype(float)

@@ -810,7 +810,10 @@ def _token_gaps(checked: Checked) -> np.ndarray:
         times.setdefault(str(row.request), []).extend(ends[row.instance][row.a:row.b + 1])
     if checked.first_token_from_prefill:
         most: dict[str, float] = {}
-        for row in part.sort_values("start_ms", kind="stable").itertuples(index=False):
+        # an eviction marker comes before the refill that starts when it is made
+        ordered = part.assign(_refill=(part["phase"] == "refill").to_numpy()).sort_values(
+            ["start_ms", "_refill"], kind="stable")
+        for row in ordered.itertuples(index=False):
             name = str(row.request)
             if row.phase == "evict":
                 most[name] = max(most.get(name, 0.0), float(row.tokens))
