@@ -13,6 +13,7 @@ from llmopt.cli import (
     fit_profile,
     gantt,
     listing,
+    profile,
     replay,
     solve,
     sweep,
@@ -54,6 +55,7 @@ app.command()(gantt.gantt)
 app.command("fit-profile")(fit_profile.fit_profile)
 app.command("list")(listing.list_)
 app.add_typer(sweep.app, name="sweep")
+app.add_typer(profile.app, name="profile")
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
 from llmopt.report import plot as plots
 from llmopt.report.compare import compare as run_compare
 from llmopt.report.priority_compare import compare_priority, plot_priority
-from llmopt.report.slo_plot import slo_cdf_figure
+from llmopt.report.slo_plot import itl_cdf_figure, slo_cdf_figure
 from llmopt.schedule import Schedule
 
 
@@ -97,7 +97,8 @@ def compare_priority_plans(inst: Instance, names: list[str], out_dir: Path, limi
 
 def write_comparison(inst: Instance, out_dir: Path, heading: str, md: str, table: pd.DataFrame,
                      ax: Axes, schedules: dict[str, Schedule]) -> None:
-    """compare.md, compare.csv, compare.png and, with SLOs, slo-cdf.png; the table printed."""
+    """compare.md, compare.csv, compare.png, itl-cdf.png (the inter-token latencies) and, with
+    SLOs, slo-cdf.png; the table printed."""
     folder = out_path(out_dir, inst.name)
     write_atomic(folder / "compare.md", f"# {inst.name}: {heading}\n\n{md}")
     write_atomic(folder / "compare.csv", table.to_csv(index=False))
@@ -106,6 +107,9 @@ def write_comparison(inst: Instance, out_dir: Path, heading: str, md: str, table
     if inst.has_slos and schedules:
         plots.save(slo_cdf_figure(inst, schedules), folder / "slo-cdf.png")
         written.append("slo-cdf.png")
+    if schedules:
+        plots.save(itl_cdf_figure(inst, schedules), folder / "itl-cdf.png")
+        written.append("itl-cdf.png")
     out.print(md, soft_wrap=True)  # markdown lines whole, never wrapped
     for name in written:
         out.print(f"wrote {folder / name}")

@@ -24,6 +24,7 @@ from llmopt.progress import SILENT, Progress
 from llmopt.report.units import fmt_time, time_column, time_unit
 from llmopt.result import Result
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
+from llmopt.schedule.schedule import LATENCY_METRICS
 
 if TYPE_CHECKING:
     from llmopt.problems.infermax.attainment import AttainmentBound
@@ -62,12 +63,17 @@ class Comparison:
                                 "attainment_e2e")
                     if c in t and t[c].notna().any()]
         cols += [SLO_HEADERS[c] for c in slo_cols]
+        goodput = bool(slo_cols) and "goodput_rps" in self.table \
+            and self.table["goodput_rps"].notna().any()
+        cols += ["goodput (req/s)"] if goodput else []
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
         for k, row in enumerate(t.itertuples(index=False)):
             gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
             shares = "".join(" — |" if pd.isna(getattr(row, c)) else f" {getattr(row, c):.1%} |"
                              for c in slo_cols)
+            if goodput:
+                shares += (" — |" if pd.isna(row.goodput_rps) else f" {row.goodput_rps:.2f} |")
             lines.append(f"| {row.schedule} | {totals[k]} | {row.utilization:.2%} | "
                          f"{row.tokens_per_s:.1f} | {ttfts[k]} | {tpots[k]} | {e2es[k]} | "
                          f"{gap} |{shares}")
@@ -131,6 +137,7 @@ def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
                                  "e2e_mean_ms")},
             "gap_to_bound": (m["makespan_ms"] - best) / m["makespan_ms"] if best else None,
             **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
+            **{k: m.get(k) for k in LATENCY_METRICS},
         })
     attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
         if optimize and instance.has_slos else None
