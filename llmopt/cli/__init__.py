@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit-profile": ("llmopt.cli.fit_profile", "fit_profile"),
     "list": ("llmopt.cli.listing", "list_"),
     "sweep": ("llmopt.cli.sweep", "app"),
+    "profile": ("llmopt.cli.profile", "app"),
 }
 
 

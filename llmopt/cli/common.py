@@ -205,6 +205,42 @@ def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     return table
 
 
+def latency_tables(rows: list[tuple[str, dict[str, Any]]]) -> list[Table]:
+    """The rates and latency distributions of replays: requests per second, with SLOs the
+    run's goodput (requests meeting their SLO per second), queueing delay (arrival to first
+    scheduled) and inter-token latency (ITL) percentiles; TTFT, TPOT and E2E at p90 and
+    p95."""
+    goodput = any("goodput_rps" in m for _, m in rows)
+    layouts = [
+        ("rates (req/s); queueing delay and inter-token latency (ms)",
+         [("req/s", "requests_per_s"), *((("goodput", "goodput_rps"),) if goodput else ()),
+          ("queue p50", "queue_p50_ms"), ("queue p95", "queue_p95_ms"),
+          ("queue p99", "queue_p99_ms"), ("ITL p50", "itl_p50_ms"), ("ITL p95", "itl_p95_ms"),
+          ("ITL p99", "itl_p99_ms")]),
+        ("latency percentiles: TTFT and TPOT in ms, E2E in s",
+         [("TTFT p90", "ttft_p90_ms"), ("TTFT p95", "ttft_p95_ms"),
+          ("TPOT p90", "tpot_p90_ms"), ("TPOT p95", "tpot_p95_ms"),
+          ("E2E p90", "e2e_p90_ms"), ("E2E p95", "e2e_p95_ms")])]
+    tables = []
+    for title, columns in layouts:
+        table = Table(show_edge=False, header_style="bold", title=title, title_justify="left")
+        table.add_column("policy", no_wrap=True)
+        for header, _ in columns:
+            table.add_column(header, justify="right", no_wrap=True)
+        for name, m in rows:
+            table.add_row(name, *(_rate_or_ms(key, m.get(key)) for _, key in columns))
+        tables.append(table)
+    return tables
+
+
+def _rate_or_ms(key: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if key.startswith("e2e_"):
+        return f"{value / 1000:,.2f}"
+    return f"{value:,.2f}" if key.endswith(("_per_s", "_rps")) else fmt_ms(value)
+
+
 def problem_help() -> str:
     from_registry = "; ".join(f"{p.name} ({p.paper}, {p.equations})" for p in PROBLEMS.values())
     return (f"One of: {from_registry}. Default: the instance's (solve.problem), else the first "

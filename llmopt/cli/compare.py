@@ -26,7 +26,7 @@ from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
 from llmopt.problems.workflows.compare import compare as run_compare
 from llmopt.report import plot as plots
 from llmopt.report.compare import Rendered, render
-from llmopt.report.slo_plot import slo_cdf_figure
+from llmopt.report.slo_plot import itl_cdf_figure, slo_cdf_figure
 
 
 @command
@@ -57,8 +57,9 @@ def compare(
 
 
 def write_comparison(inst: Instance, out_dir: Path, rendered: Rendered) -> None:
-    """compare.md, compare.csv, compare.png (when there is a chart) and, with SLOs,
-    slo-cdf.png; the markdown printed."""
+    """compare.md, compare.csv, compare.png (when there is a chart), itl-cdf.png (the
+    inter-token latencies, when there are schedules) and, with SLOs, slo-cdf.png; the markdown
+    printed."""
     folder = out_path(out_dir, inst.name)
     write_atomic(folder / "compare.md", f"# {inst.name}: {rendered.heading}\n\n"
                                         f"{rendered.markdown}")
@@ -70,6 +71,9 @@ def write_comparison(inst: Instance, out_dir: Path, rendered: Rendered) -> None:
     if inst.has_slos and rendered.schedules:
         plots.save(slo_cdf_figure(inst, rendered.schedules), folder / "slo-cdf.png")
         written.append("slo-cdf.png")
+    if rendered.schedules:
+        plots.save(itl_cdf_figure(inst, rendered.schedules), folder / "itl-cdf.png")
+        written.append("itl-cdf.png")
     out.print(rendered.markdown, soft_wrap=True)  # markdown lines whole, never wrapped
     for name in written:
         out.print(f"wrote {folder / name}")

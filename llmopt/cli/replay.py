@@ -16,6 +16,7 @@ from llmopt.cli.common import (
     check_out_dir,
     command,
     err,
+    latency_tables,
     metrics_table,
     out,
     policy_help,
@@ -32,7 +33,7 @@ from llmopt.policies.replay import Replayed, replay_policy
 from llmopt.policies.slice.replay import LADDER_COLUMNS
 from llmopt.report import plot as plots
 from llmopt.report.slice_plot import plot_slices
-from llmopt.report.slo_plot import slo_cdf_figure
+from llmopt.report.slo_plot import itl_cdf_figure, slo_cdf_figure
 from llmopt.result import read_solution
 from llmopt.schedule import Schedule
 
@@ -112,8 +113,13 @@ offline, online, hybrid; InferMax: every scheduler)."""
     if plot and schedules and inst.has_slos:
         written.append(plots.save(slo_cdf_figure(inst, schedules),
                                   out_path(out_dir, inst.name, "slo-cdf.png")))
+    if plot and schedules:
+        written.append(plots.save(itl_cdf_figure(inst, schedules),
+                                  out_path(out_dir, inst.name, "itl-cdf.png")))
     if rows:
         print_table(metrics_table(rows))
+        for table in latency_tables(rows):
+            print_table(table)
     if slice_rows:
         print_table(slice_metrics_table(slice_rows))
     for path in written:

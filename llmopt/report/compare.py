@@ -38,12 +38,17 @@ def comparison_markdown(comparison: Comparison) -> str:
                             "attainment_e2e")
                 if c in t and t[c].notna().any()]
     cols += [SLO_HEADERS[c] for c in slo_cols]
+    goodput = bool(slo_cols) and "goodput_rps" in comparison.table \
+        and comparison.table["goodput_rps"].notna().any()
+    cols += ["goodput (req/s)"] if goodput else []
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
     for k, row in enumerate(t.itertuples(index=False)):
         gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
         shares = "".join(" — |" if pd.isna(getattr(row, c)) else f" {getattr(row, c):.1%} |"
                          for c in slo_cols)
+        if goodput:
+            shares += (" — |" if pd.isna(row.goodput_rps) else f" {row.goodput_rps:.2f} |")
         lines.append(f"| {row.schedule} | {totals[k]} | {row.utilization:.2%} | "
                      f"{row.tokens_per_s:.1f} | {ttfts[k]} | {tpots[k]} | {e2es[k]} | "
                      f"{gap} |{shares}")

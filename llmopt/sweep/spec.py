@@ -44,6 +44,7 @@ from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256
 from llmopt.policies.registry import POLICIES, ROUTERS, Engine, policy_names
 from llmopt.problems.registry import PROBLEMS, problem_names
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
+from llmopt.schedule.schedule import LATENCY_METRICS
 from llmopt.version import __version__
 
 MAX_CELLS = 1_000_000
@@ -137,7 +138,7 @@ REPLAY_METRICS = (
     "makespan_ms", "utilization", "tokens_per_s", "iterations", "evictions", "running_mean",
     "batch_size_mean", "kv_tokens_max", "ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
-    "bound_ms", "gap_to_bound", *ATTAINMENT_METRICS,
+    *LATENCY_METRICS, "bound_ms", "gap_to_bound", *ATTAINMENT_METRICS,
     # the slice-level replays' (Cheng et al. 2024, section 5)
     "throughput_rps", "response_mean_ms", "response_p95_ms", "completion_std_ms", "busy_std_ms",
     "pad_tokens_per_request", "invalid_tokens_per_request", "slices_per_request")
