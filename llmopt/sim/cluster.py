@@ -168,8 +168,8 @@ def _schedule(instance: Instance, replicas: list[Replica], state: RequestState,
     })
     if len(replicas) == 1:
         seg, its = segments[0], iterations[0]
-    else:
-        seg = pd.concat(segments, ignore_index=True)
-        its = pd.concat(iterations, ignore_index=True)
+    else:  # a replica that ran nothing has untyped empty tables: left out of the concat
+        seg = pd.concat([t for t in segments if len(t)] or segments[:1], ignore_index=True)
+        its = pd.concat([t for t in iterations if len(t)] or iterations[:1], ignore_index=True)
     return Schedule(policy=name, segments=seg, iterations=its, requests=requests,
                     clients=instance.system.clients * len(replicas))
