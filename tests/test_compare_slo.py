@@ -17,14 +17,16 @@ def test_compare_shows_attainment_below_the_exact_bound() -> None:
                                   "arrival": {"process": "poisson", "rate_per_s": 200}}},
         "slo": {"multiple": 2, "basis": "each"}})
     result = compare(inst, ["sola", "vllm-v1", "vllm"], time_limit_s=5)
-    bound = result.attainment_bound
-    assert bound is not None and bound.requests == 6
+    assert result.ceilings is not None
+    bound = result.ceilings.within_memory
+    assert bound is not None and bound.requests == 6 and "exact" in bound.bounds
+    assert result.ceilings.ignoring_memory is None  # no policy here ignores M
     replays = result.table[result.table["schedule"].isin(["sola", "vllm-v1", "vllm"])]
     assert len(replays) == 3
     for share in replays["attainment"]:
-        assert round(share * 6) <= bound.met_upper
+        assert round(share * 6) <= bound.met_max
     text = comparison_markdown(result)
-    assert "SLO attainment" in text and "attainment bound" in text
+    assert "SLO attainment" in text and "can meet their SLOs in any schedule" in text
     assert "E2E met" not in text  # no request has an E2E target
 
 

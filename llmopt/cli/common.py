@@ -42,6 +42,7 @@ from llmopt.report.units import time_column
 from llmopt.version import __version__
 
 if TYPE_CHECKING:
+    from llmopt.problems.workflows.ceiling import PolicyCeilings
     from llmopt.result import Result
 
 # tables fit COLUMNS when set, else the terminal, else (a log, a pipe) 120 columns
@@ -176,6 +177,9 @@ def print_table(table: Table) -> None:
         out.width = saved
 
 
+CEILING_GAP = "to ceiling (pts)"  # the SLO ceiling's share − attainment, percentage points
+
+
 def fmt_ms(x: float | None) -> str:
     return "—" if x is None else f"{x:,.1f}"
 
@@ -184,14 +188,20 @@ def _share(x: float | None) -> str:
     return "—" if x is None else f"{x:.1%}"
 
 
-def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
-    """Replay metrics, with the SLO attainment columns when the instance has SLOs; each time
-    column in ms or s by the one rule of ``llmopt.report.units``."""
+def metrics_table(rows: list[tuple[str, dict[str, Any]]],
+                  ceilings: PolicyCeilings | None = None) -> Table:
+    """Replay metrics, with the SLO attainment columns when the instance has SLOs and, with
+    ``ceilings``, each policy's gap to the ceiling that holds for it (ceiling − attainment, in
+    percentage points); each time column in ms or s by the one rule of
+    ``llmopt.report.units``."""
     times = [time_column(name, [m[key] for _, m in rows])
              for name, key in (("total", "makespan_ms"), ("TTFT p50", "ttft_p50_ms"),
                                ("TPOT p50", "tpot_p50_ms"), ("E2E p99", "e2e_p99_ms"))]
     slo = any("attainment" in m for _, m in rows)
-    slo_cols = ("SLO met", "TTFT met", "TPOT met") if slo else ()
+    gaps = {name: _gap(ceilings, name, m.get("attainment")) for name, m in rows} \
+        if slo and ceilings is not None else {}
+    slo_cols: tuple[str, ...] = ("SLO met", "TTFT met", "TPOT met") if slo else ()
+    slo_cols += (CEILING_GAP,) if any(g != "—" for g in gaps.values()) else ()
     (total, totals), (ttft, ttfts), (tpot, tpots), (e2e, e2es) = times
     table = Table(show_edge=False, header_style="bold")
     for col in ("policy", total, "utilization", "tokens/s", ttft, tpot, e2e, "iterations",
@@ -200,9 +210,17 @@ def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     for k, (name, m) in enumerate(rows):
         shares = [_share(m.get(key)) for key in ("attainment", "attainment_ttft",
                                                  "attainment_tpot")] if slo else []
+        shares += [gaps[name]] if CEILING_GAP in slo_cols else []
         table.add_row(name, totals[k], f"{m['utilization']:.2%}", f"{m['tokens_per_s']:.1f}",
                       ttfts[k], tpots[k], e2es[k], f"{m['iterations']:,}", *shares)
     return table
+
+
+def _gap(ceilings: PolicyCeilings, name: str, attainment: float | None) -> str:
+    found = ceilings.for_schedule(name)
+    if found is None or attainment is None:
+        return "—"
+    return f"{100 * (found.share - attainment):.1f}"
 
 
 def latency_tables(rows: list[tuple[str, dict[str, Any]]]) -> list[Table]:

@@ -13,6 +13,7 @@ from llmopt.cli.common import (
     InstanceArg,
     OutOpt,
     VerboseOpt,
+    check_number,
     check_out_dir,
     command,
     err,
@@ -31,11 +32,14 @@ from llmopt.files import out_path, sidecar_name
 from llmopt.policies.registry import POLICIES, Engine, default_policies, slice_policies
 from llmopt.policies.replay import Replayed, replay_policy
 from llmopt.policies.slice.replay import LADDER_COLUMNS
+from llmopt.problems.workflows.ceiling import policy_ceilings
 from llmopt.report import plot as plots
 from llmopt.report.slice_plot import plot_slices
 from llmopt.report.slo_plot import itl_cdf_figure, slo_cdf_figure
 from llmopt.result import read_solution
 from llmopt.schedule import Schedule
+
+DEFAULT_CEILING_TIME_LIMIT_S = 10.0
 
 
 def parse_policies(text: str | None, family: str, command: str) -> list[str]:
@@ -66,6 +70,12 @@ def replay(
     router: Annotated[str | None, typer.Option(help=router_help())] = None,
     out_dir: OutOpt = Path("solutions"),
     plot: Annotated[bool, typer.Option(help="Also write Gantt charts.")] = True,
+    ceiling: Annotated[bool, typer.Option(
+        help="With SLO targets, also the proven ceiling on SLO attainment (at most how many "
+        "requests can meet their SLOs in any schedule) beside each policy's.")] = True,
+    ceiling_time_limit: Annotated[float, typer.Option(
+        help="Seconds for the ceiling: the best of its bounds found within them is shown."
+    )] = DEFAULT_CEILING_TIME_LIMIT_S,
     verbose: VerboseOpt = False,
 ) -> None:
     """Replay policies (and solver plans) through the simulation core; write one solution JSON
@@ -73,6 +83,7 @@ def replay(
     per policy. Default policies: the paper's of the instance's profile family (Pang: baseline,
 offline, online, hybrid; InferMax: every scheduler)."""
     check_out_dir(out_dir)
+    check_number(ceiling_time_limit, "--ceiling-time-limit")
     inst = load_instance(instance)
     names = parse_policies(policy, inst.profile.family, "replay")
     if plan and "plan" not in names:
@@ -116,10 +127,16 @@ offline, online, hybrid; InferMax: every scheduler)."""
     if plot and schedules:
         written.append(plots.save(itl_cdf_figure(inst, schedules),
                                   out_path(out_dir, inst.name, "itl-cdf.png")))
+    ceilings = policy_ceilings(inst, [name for name, _ in rows], ceiling_time_limit,
+                               shown) if ceiling and rows else None
+    shown.done()
     if rows:
-        print_table(metrics_table(rows))
+        print_table(metrics_table(rows, ceilings))
         for table in latency_tables(rows):
             print_table(table)
+    if ceilings is not None:
+        for line in ceilings.lines():
+            out.print(line, soft_wrap=True)
     if slice_rows:
         print_table(slice_metrics_table(slice_rows))
     for path in written:
@@ -131,6 +148,8 @@ offline, online, hybrid; InferMax: every scheduler)."""
         err.print(f"{len(failed)} of {len(names)} policies could not run this instance; the "
                   "others were replayed")
         raise typer.Exit(2)
+    if ceilings is not None and ceilings.interrupted:
+        raise typer.Exit(130)  # everything written, the ceiling's best bound so far shown
 
 
 def write_replay(inst: Instance, name: str, replayed: Replayed, out_dir: Path,

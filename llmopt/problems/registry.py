@@ -74,6 +74,10 @@ class FamilyInfo:
     exact_options: dict[str, str] = field(default_factory=dict)
     exact_max_requests: int | None = None
     compare: str = "llmopt.problems.workflows.compare:by_total_time"
+    #: the proven ceiling on SLO attainment of the family's replays, "module:function"
+    #: (instance, time_limit_s, stop, memory) -> llmopt.problems.slo_ceiling.ceiling.
+    #: AttainmentCeiling (``memory=False``: also for policies ignoring M); "": none
+    slo_ceiling: str = ""
 
 
 PANG = "Pang et al. 2025"
@@ -148,7 +152,8 @@ FAMILIES: dict[str, FamilyInfo] = {
         FamilyInfo("infermax", "the InferMax cost model's work bound, and the CSP's proven "
                    "bound on small instances",
                    "llmopt.problems.infermax.bounds:infermax_family_bounds",
-                   replay_time_model="infermax", exact="infermax-csp", exact_max_requests=12),
+                   replay_time_model="infermax", exact="infermax-csp", exact_max_requests=12,
+                   slo_ceiling="llmopt.problems.workflows.ceiling:infermax_ceiling"),
         FamilyInfo("bilinear", compare="llmopt.problems.workflows.compare:by_g"),
         FamilyInfo("scls", compare="llmopt.problems.workflows.compare:by_section5"),
     ]

@@ -14,6 +14,7 @@ from matplotlib.axes import Axes
 
 from llmopt.data.instance import Instance
 from llmopt.policies.slice.replay import ladder_markdown
+from llmopt.problems.workflows.ceiling import PolicyCeilings
 from llmopt.problems.workflows.compare import Comparison, LadderComparison, PriorityComparison
 from llmopt.report import plot as plots
 from llmopt.report.priority_compare import plot_priority, priority_markdown
@@ -38,6 +39,8 @@ def comparison_markdown(comparison: Comparison) -> str:
                             "attainment_e2e")
                 if c in t and t[c].notna().any()]
     cols += [SLO_HEADERS[c] for c in slo_cols]
+    ceiling = bool(slo_cols) and "gap_to_ceiling" in t and t["gap_to_ceiling"].notna().any()
+    cols += ["gap to ceiling"] if ceiling else []
     goodput = bool(slo_cols) and "goodput_rps" in comparison.table \
         and comparison.table["goodput_rps"].notna().any()
     cols += ["goodput (req/s)"] if goodput else []
@@ -47,18 +50,15 @@ def comparison_markdown(comparison: Comparison) -> str:
         gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
         shares = "".join(" — |" if pd.isna(getattr(row, c)) else f" {getattr(row, c):.1%} |"
                          for c in slo_cols)
+        if ceiling:
+            shares += f" {ceiling_gap(row.gap_to_ceiling)} |"
         if goodput:
             shares += (" — |" if pd.isna(row.goodput_rps) else f" {row.goodput_rps:.2f} |")
         lines.append(f"| {row.schedule} | {totals[k]} | {row.utilization:.2%} | "
                      f"{row.tokens_per_s:.1f} | {ttfts[k]} | {tpots[k]} | {e2es[k]} | "
                      f"{gap} |{shares}")
-    if comparison.attainment_bound is not None:
-        ab = comparison.attainment_bound
-        found = "none" if ab.met_best is None else f"{ab.met_best}"
-        lines.append(f"\nattainment bound (SLO met, at most): **{ab.share_upper:.1%}** "
-                     f"({ab.met_upper} of {ab.requests} requests; {ab.status}, best "
-                     f"schedule found meets {found}; {ab.runtime_s:.1f} s): no schedule "
-                     "does better.")
+    if comparison.ceilings is not None:
+        lines += ["", *ceiling_lines(comparison.ceilings)]
     lines.append("")
     lines.append(f"| lower bound | {total} | valid under |")
     lines.append("|---|---|---|")
@@ -70,6 +70,30 @@ def comparison_markdown(comparison: Comparison) -> str:
                      f"**{fmt_time(best.value_ms, unit)}** | {best.name} |")
     lines += [f"\nNote: {note}" for note in comparison.notes]
     return "\n".join(lines) + "\n"
+
+
+def ceiling_gap(gap: float) -> str:
+    """A gap to the ceiling (ceiling − attainment, a share) in percentage points."""
+    return "—" if pd.isna(gap) else f"{100 * gap:.1f} pts"
+
+
+def ceiling_lines(ceilings: PolicyCeilings) -> list[str]:
+    """The ceilings' sentences as markdown paragraphs, each with its time, then what the
+    ceiling holds for and the note (if any)."""
+    out = []
+    within, ignoring = ceilings.within_memory, ceilings.ignoring_memory
+    if within is not None:
+        out.append(f"SLO ceiling: **{within.sentence()}**; {within.runtime_s:.1f} s.")
+    if ignoring is not None:
+        out.append(f"SLO ceiling for {', '.join(ceilings.ignoring)} (ignores the KV memory M): "
+                   f"**{ignoring.sentence()}**; {ignoring.runtime_s:.1f} s.")
+    found = within or ignoring
+    if found is not None:
+        out.append(f"Valid under: {found.valid_under}. Gap to ceiling: the ceiling that holds "
+                   "for the schedule minus its attainment.")
+    if ceilings.note:
+        out.append(f"Note: {ceilings.note}")
+    return [line for text in out for line in ("", text)][1:]
 
 
 @dataclass
@@ -93,11 +117,11 @@ def render(comparison: Any, instance: Instance) -> Rendered:
 @render.register
 def _total_time(comparison: Comparison, instance: Instance) -> Rendered:
     best = comparison.best_bound
-    ceiling = comparison.attainment_bound
+    ceiling = comparison.ceilings.within_memory if comparison.ceilings else None
     ax = plots.comparison_figure(
         comparison.table, best.value_ms if best else None,
-        ceiling=ceiling.share_upper if ceiling is not None else None,
-        ceiling_label=f"proven by the exact model ({ceiling.status})" if ceiling else "",
+        ceiling=ceiling.share if ceiling is not None else None,
+        ceiling_label=f"no schedule meets more (method: {ceiling.method})" if ceiling else "",
         title=f"{instance.name}: schedules compared")
     schedules = {name: r.schedule for name, r in comparison.results.items()
                  if r.schedule is not None}

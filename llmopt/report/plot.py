@@ -391,7 +391,10 @@ def plot_comparison(table, bound_ms: float | None = None, ax: Axes | None = None
 def plot_attainment(table, ceiling: float | None = None, ax: Axes | None = None,
                     ceiling_label: str = "no schedule meets more", title: str = "") -> Axes:
     """SLO attainment (share of requests meeting every target) per schedule, with a proven
-    ``ceiling`` on it as a line when there is one (``ceiling_label`` says what proves it)."""
+    ``ceiling`` on it as a line when there is one (``ceiling_label`` says what proves it).
+    A table column ``ceiling`` (per schedule: the ceiling that holds for it) draws, over each
+    bar whose ceiling differs from the line's, a dotted mark at its own (a schedule ignoring
+    the KV memory has a ceiling of its own)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     names = list(table["schedule"])
@@ -403,7 +406,17 @@ def plot_attainment(table, ceiling: float | None = None, ax: Axes | None = None,
                 va="bottom", fontsize=8)
     if ceiling is not None:
         ax.axhline(ceiling, color="black", ls="--", lw=1.2,
-                   label=f"attainment bound {ceiling:.1%}: {ceiling_label}")
+                   label=f"SLO ceiling {ceiling:.1%}: {ceiling_label}")
+    own = table["ceiling"].to_numpy(dtype=float) if "ceiling" in table else shares * np.nan
+    marked = False
+    for bar, mark in zip(bars, own, strict=True):
+        if np.isnan(mark) or (ceiling is not None and abs(mark - ceiling) < 1e-12):
+            continue
+        ax.hlines(mark, bar.get_x(), bar.get_x() + bar.get_width(), colors="black",
+                  linestyles=":", lw=2.0,
+                  label="_" if marked else "the ceiling that holds for this schedule")
+        marked = True
+    if ceiling is not None or marked:
         ax.legend(loc="upper right", fontsize=8)  # in the band above 100 %
     ax.set_ylim(0, 1.25)
     ax.set_yticks(np.linspace(0, 1, 6))

@@ -98,15 +98,24 @@ class AttainmentCeiling:
     #: the bound of the relaxations whose value cannot grow when arrivals are compressed
     #: (``goodput``): the alone bound and the floor of the whole capacity LP
     monotone_max: int | None = None
+    replicas: int = 1       # R, the model instances it covers (with any router)
+    memory: bool = True     # False: the KV rule left out (it holds for schedules ignoring M)
 
     @property
     def share(self) -> float:
         return self.met_max / self.requests if self.requests else 1.0
 
     def sentence(self) -> str:
+        """"at most X of N requests (Y %) can meet their SLOs in any schedule (method: …)",
+        naming the model instances and the router when there are several, the memory rule
+        when it was left out, and an interruption."""
+        where = (f" on {self.replicas} model instances with any router" if self.replicas > 1
+                 else "")
+        scope = "" if self.memory else ", KV memory unlimited"
+        cut = ", interrupted: the best bound found so far" if self.interrupted else ""
         return (f"at most {self.met_max} of {self.requests} requests "
-                f"({100 * self.share:.1f} %) can meet their SLOs in any schedule "
-                f"({self.method})")
+                f"({100 * self.share:.1f} %) can meet their SLOs in any schedule{where} "
+                f"(method: {self.method}{scope}{cut})")
 
 
 def _check(instance: Instance, time_limit_s: float) -> None:
@@ -158,7 +167,11 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
         parts, monotone = found_cap.parts, min(monotone, found_cap.monotone)
         interrupted = interrupted or found_cap.interrupted
         notes += found_cap.notes
-    if 0 < ob.count(WINDOW) <= JOINT_LP_UP_TO and not stopped():
+    skipped: list[str] = []
+    joint = 0 < ob.count(WINDOW) <= JOINT_LP_UP_TO
+    if joint and stopped():
+        skipped.append("the joint LP")
+    elif joint:
         found_joint = joint_bound(ob, time_limit_s=min(JOINT_LP_TIME_S,
                                                        deadline - time.perf_counter()))
         if found_joint is None:
@@ -168,7 +181,10 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
             proofs["capacity (joint)"] = JOINT_PROOF.format(rule=ob.charge_rule)
             notes.append(f"joint LP: {found_joint.slots} slots, {found_joint.variables} "
                          f"variables, certified dual bound {found_joint.lp_value:.6g}")
-    if iterations and 0 < ob.count(WINDOW) <= ITERATION_LP_UP_TO and not stopped():
+    counted = iterations and 0 < ob.count(WINDOW) <= ITERATION_LP_UP_TO
+    if counted and stopped():
+        skipped.append("the iteration LP")
+    elif counted:
         found_lp = iteration_bound(ob, time_limit_s=min(ITERATION_LP_TIME_S,
                                                         deadline - time.perf_counter()))
         if found_lp is None:
@@ -178,19 +194,27 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
             proofs["iterations"] = ITERATIONS_PROOF
             notes.append(f"iteration LP: {found_lp.slots} slots, {found_lp.variables} "
                          f"variables, certified dual bound {found_lp.lp_value:.6g}")
-    if exact and simulation is not None and _exact_applies(instance) and not stopped():
+    if exact and simulation is not None and _exact_applies(instance) and stopped():
+        skipped.append("the exact model")
+    elif exact and simulation is not None and _exact_applies(instance):
         from_exact = _exact(instance, deadline - time.perf_counter(), workers, simulation)
         if from_exact is not None:
-            bounds["exact"] = from_exact[0]
-            proofs["exact"] = from_exact[1]
+            bounds["exact"], proofs["exact"], exact_note = from_exact
+            notes.append(exact_note)
+    if skipped:
+        interrupted = True
+        why = "interrupted" if stop is not None and stop() else "time limit"
+        notes.append(f"not run ({why}): {', '.join(skipped)}")
     method = min(bounds, key=lambda k: (bounds[k], list(bounds).index(k)))
-    memory_text = (" that respects M (vllm-unlimited ignores it: use memory=False)" if memory
+    memory_text = (" that respects M (one ignoring M, such as vllm-unlimited, is bounded "
+                   "without the KV rule: memory=False)" if memory
                    else " (also those ignoring M, such as vllm-unlimited)")
     return AttainmentCeiling(
         met_max=int(bounds[method]), requests=n, method=method, proof=proofs[method],
         valid_under=VALID_UNDER.format(replicas=replicas, memory=memory_text),
         runtime_s=time.perf_counter() - t0, bounds=dict(bounds), parts=parts,
-        interrupted=interrupted, notes=tuple(notes), monotone_max=monotone)
+        interrupted=interrupted, notes=tuple(notes), monotone_max=monotone,
+        replicas=replicas, memory=memory)
 
 
 @dataclass
@@ -247,8 +271,9 @@ def _exact_applies(instance: Instance) -> bool:
 
 
 def _exact(instance: Instance, time_left_s: float, workers: int, simulation: Simulation
-           ) -> tuple[int, str] | None:
-    """The exact model's proven bound within ``time_left_s`` (None: it does not apply)."""
+           ) -> tuple[int, str, str] | None:
+    """The exact model's proven bound within ``time_left_s``, its proof and a note on the best
+    schedule it found (None: it does not apply)."""
     if time_left_s < 0.5:
         return None
     try:
@@ -256,5 +281,8 @@ def _exact(instance: Instance, time_left_s: float, workers: int, simulation: Sim
                                  simulation=simulation)
     except LlmoptError:
         return None
+    best = "none" if found.met_best is None else f"{found.met_best} of {found.requests}"
     return found.met_upper, (f"the exact attainment model (CP-SAT), {found.status}: "
-                             f"{'; '.join(found.notes)}")
+                             f"{'; '.join(found.notes)}"), (
+        f"exact attainment model: {found.status}, bound {found.met_upper}, best schedule "
+        f"found meets {best} ({found.runtime_s:.1f} s)")

@@ -5,7 +5,8 @@ the hook the family registers (``FamilyInfo.compare``):
 ``by_total_time``  (Pang's and InferMax's families) total inference time and latencies, each
                    schedule's gap to the best bound valid under the replays' time model (bounds
                    valid only under another are listed, not used for gaps), the family's exact
-                   problem under that model, and with SLOs the exact bound on attainment;
+                   problem under that model, and with SLOs the proven ceiling on SLO
+                   attainment beside each schedule's (``workflows.ceiling``);
 ``by_g``           (the bilinear family, Huang et al. 2025) G (eq 2) of each replay beside the
                    best priority plan, served on the same core, and the proven upper bound on G
                    over priority plans (held only against the plan the predictor scores);
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -36,6 +36,7 @@ from llmopt.problems.api import family_of, solve
 from llmopt.problems.base import Bound
 from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
+from llmopt.problems.workflows.ceiling import PolicyCeilings, policy_ceilings
 from llmopt.problems.workflows.slo_priority import replay_plan, replayed_g
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
@@ -43,10 +44,6 @@ from llmopt.schedule import Schedule
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
 from llmopt.schedule.schedule import LATENCY_METRICS
 
-if TYPE_CHECKING:
-    from llmopt.problems.infermax.attainment import AttainmentBound
-
-ATTAINMENT_MODULE = "llmopt.problems.workflows.attainment"  # CP-SAT: loaded when used
 PLAN = "slo-priority plan"
 PLAN_REPLAYED = "slo-priority plan, replayed"
 BY_MODEL = "eqs 14–17"  # a row scored by the predictor, the only kind the bound holds for
@@ -77,7 +74,8 @@ class Comparison:
     results: dict[str, Result]
     time_model: str  # the replays' time model: only bounds valid under it measure gaps
     notes: list[str] = field(default_factory=list)
-    attainment_bound: AttainmentBound | None = None
+    #: the proven ceilings on SLO attainment (None: the instance has no SLOs)
+    ceilings: PolicyCeilings | None = None
 
     @property
     def best_bound(self) -> Bound | None:
@@ -127,25 +125,23 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
             **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
             **{k: m.get(k) for k in LATENCY_METRICS},
         })
-    attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
-        if optimize and instance.has_slos else None
-    return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes,
-                      attainment)
+    table = pd.DataFrame(rows)
+    ceilings = policy_ceilings(instance, list(results), time_limit_s, progress,
+                               exact=optimize)
+    if ceilings is not None:
+        with_ceiling(table, ceilings)
+    return Comparison(table, bounds, results, family.replay_time_model, notes, ceilings)
 
 
-def _attainment_bound(instance: Instance, time_limit_s: float, progress: Progress,
-                      notes: list[str]) -> AttainmentBound | None:
-    """The exact upper bound on SLO attainment, on instances small enough for it."""
-    most = load(f"{ATTAINMENT_MODULE}:MAX_ATTAINMENT_REQUESTS")
-    if instance.profile.family != "infermax" or instance.system.instances != 1 or \
-            instance.num_requests > most:
-        notes.append(f"attainment bound not computed: it is exact for one infermax model "
-                     f"instance and up to {most} requests")
-        return None
-    progress.stage("the exact upper bound on SLO attainment")
-    bound: AttainmentBound = load(f"{ATTAINMENT_MODULE}:attainment_bound")(
-        instance, time_limit_s=time_limit_s)
-    return bound
+def with_ceiling(table: pd.DataFrame, ceilings: PolicyCeilings) -> None:
+    """Add to a table of schedules (``schedule``, ``attainment``) the ceiling valid for each
+    (``ceiling``, a share; NaN: none holds for it) and ``gap_to_ceiling`` (ceiling −
+    attainment, in shares)."""
+    shares = [math.nan if c is None else c.share
+              for c in map(ceilings.for_schedule, table["schedule"])]
+    table["ceiling"] = shares
+    table["gap_to_ceiling"] = [c - a if not (math.isnan(c) or pd.isna(a)) else math.nan
+                               for c, a in zip(shares, table["attainment"], strict=True)]
 
 
 # --------------------------------------------------------------------- G (Huang et al.)
