@@ -26,6 +26,7 @@ from llmopt.report.sweep_plot import (
     set_title,
 )
 from llmopt.sweep.engines import ENGINES, check_engine, default_workers
+from llmopt.sweep.goodput import read_curve
 from llmopt.sweep.runner import (
     SweepInterrupted,
     SweepProgress,
@@ -88,6 +89,10 @@ class BarProgress(SweepProgress):
                          state=f"running {running} · failed {failed}",
                          eta="" if left is None else f"~{left:,.0f} s left")
 
+    def stage(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, state=text, eta="")
+
     def stop(self) -> None:
         if self._bar is not None:
             self._bar.stop()
@@ -140,7 +145,7 @@ def run(
         raise typer.Exit(130) from None
     if plot and report.table["cell_status"].eq("ok").any():
         searched = (sweep.search.parameter, Target.of(sweep.search)) if sweep.search else None
-        drawn = _default_plot(report.table, sweep.name, searched)
+        drawn = _default_plot(report.table, sweep.name, searched, read_curve(folder))
         if drawn is not None:
             report.written.append(plots.save(drawn, folder / "plot.png"))
     _summary(sweep, report)
@@ -171,7 +176,9 @@ def _summary(sweep: Sweep, report: SweepReport) -> None:
         out.print(f"[bold red]{len(bad)} cells produced an answer the validator rejects[/]: "
                   f"{escape(str(bad['invalid_reason'].iloc[0]))}")
     if report.search is not None and sweep.search is not None:
-        shown_search = report.search.drop(columns="target")
+        shown_search = report.search.drop(columns=["target", "ceiling_allows_at",
+                                                   "goodput_bound_note"], errors="ignore"
+                                          ).rename(columns={"goodput_bound": "goodput bound"})
         if len(sweep.sources) == 1:
             shown_search = shown_search.drop(columns="instance", errors="ignore")
         name = sweep.search.parameter
@@ -182,6 +189,8 @@ def _summary(sweep: Sweep, report: SweepReport) -> None:
             f"{sweep.search.metric}_at_largest": f"{sweep.search.metric} at largest",
             f"{sweep.search.metric}_at_first_failing":
                 f"{sweep.search.metric} at first failing"})))
+        for line in goodput_lines(report.search, sweep.search.parameter):
+            out.print(line, soft_wrap=True)
     failed = table[table["cell_status"] == "failed"]
     for _, row in failed.head(5).iterrows():
         shown = {c: row[c] for c in sweep.columns if pd.notna(row[c])}
@@ -191,6 +200,26 @@ def _summary(sweep: Sweep, report: SweepReport) -> None:
         err.print(f"… and {len(failed) - 5} more failed cells (column error of the table)")
     for path in report.written:
         out.print(f"wrote {path}")
+
+
+def goodput_lines(search: pd.DataFrame, parameter: str) -> list[str]:
+    """One line per distinct goodput bound of a search table: the rate from which no schedule
+    keeps the level, and the groups it holds for (when they are not all of them)."""
+    if "goodput_bound_note" not in search:
+        return []
+    target = str(search["target"].iloc[0]) if len(search) else ""
+    keys = ["goodput_bound", "ceiling_allows_at", "goodput_bound_note"]
+    lines = []
+    for (bound, allows, note), part in search.groupby(keys, dropna=False, sort=False):
+        if pd.isna(bound) or pd.isna(allows):
+            text = f"goodput bound ({target}): {note}"
+        else:
+            text = (f"goodput bound: no schedule keeps {target} at {parameter} ≥ {bound:g} "
+                    f"(the SLO ceiling allows it at {allows:g}; {note})")
+        if len(part) < len(search) and "policy" in part:
+            text += f", for {', '.join(map(str, part['policy']))}"
+        lines.append(text)
+    return lines
 
 
 def _frame_table(frame: pd.DataFrame) -> Table:
@@ -204,13 +233,14 @@ def _frame_table(frame: pd.DataFrame) -> Table:
 
 
 def _default_plot(table: pd.DataFrame, name: str,
-                  searched: tuple[str, Target] | None = None) -> Any:
+                  searched: tuple[str, Target] | None = None,
+                  ceiling: pd.DataFrame | None = None) -> Any:
     x, y, hue = _axes(table, searched)
     if y is None:
         return None
     if x is None and hue is None:
         return None
-    drawn = _draw(table, x, y, hue, searched)
+    drawn = _draw(table, x, y, hue, searched, ceiling)
     set_title(drawn, f"{name}: {' '.join(drawn.get_title().split())}")
     return drawn
 
@@ -226,13 +256,13 @@ def _axes(table: pd.DataFrame, searched: tuple[str, Target] | None
 
 
 def _draw(table: pd.DataFrame, x: str | None, y: str, hue: str | None,
-          searched: tuple[str, Target] | None) -> Any:
+          searched: tuple[str, Target] | None, ceiling: pd.DataFrame | None = None) -> Any:
     if x is None:
         return plot_spread(table, y, str(hue))
     target = searched[1] if searched is not None and searched[1].metric == y else None
     return plot_lines(table, x, y, hue, target=target.value if target else None,
                       target_label=("target: " + str(target).replace(">=", "≥").replace("<=", "≤")
-                                    if target else "target"))
+                                    if target else "target"), ceiling=ceiling)
 
 
 def _searched(folder: Path) -> tuple[str, Target] | None:
@@ -277,7 +307,7 @@ def plot_command(
         raise OptionError("no metric with values in the table; give --y", field="--y")
     if x is None and hue is None:
         raise OptionError("give --x, or --hue for a spread per value", field="--x")
-    drawn = _draw(table, x, y, hue, searched)
+    drawn = _draw(table, x, y, hue, searched, read_curve(folder))
     target = out_file or folder / f"plot-{y}-by-{x or hue}.png"
     check_out_dir(target.parent)
     out.print(f"wrote {plots.save(drawn, target)}")

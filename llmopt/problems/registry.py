@@ -78,6 +78,10 @@ class FamilyInfo:
     #: (instance, time_limit_s, stop, memory) -> llmopt.problems.slo_ceiling.ceiling.
     #: AttainmentCeiling (``memory=False``: also for policies ignoring M); "": none
     slo_ceiling: str = ""
+    #: the largest arrival rate at which that ceiling allows an attainment level (a sweep's
+    #: goodput bound), "module:function" (make_instance, level, low, high, time_limit_s,
+    #: memory, grid) -> llmopt.problems.slo_ceiling.goodput.GoodputCeiling; "": none
+    goodput_ceiling: str = ""
 
 
 PANG = "Pang et al. 2025"
@@ -153,7 +157,8 @@ FAMILIES: dict[str, FamilyInfo] = {
                    "bound on small instances",
                    "llmopt.problems.infermax.bounds:infermax_family_bounds",
                    replay_time_model="infermax", exact="infermax-csp", exact_max_requests=12,
-                   slo_ceiling="llmopt.problems.workflows.ceiling:infermax_ceiling"),
+                   slo_ceiling="llmopt.problems.workflows.ceiling:infermax_ceiling",
+                   goodput_ceiling="llmopt.problems.slo_ceiling.goodput:goodput_ceiling"),
         FamilyInfo("bilinear", compare="llmopt.problems.workflows.compare:by_g"),
         FamilyInfo("scls", compare="llmopt.problems.workflows.compare:by_section5"),
     ]

@@ -56,12 +56,15 @@ def default_axes(frame: pd.DataFrame) -> tuple[str | None, str | None, str | Non
 
 def plot_lines(frame: pd.DataFrame, x: str, y: str, hue: str | None = None,
                ax: Axes | None = None, title: str = "", target: float | None = None,
-               target_label: str = "target") -> Axes:
+               target_label: str = "target", ceiling: pd.DataFrame | None = None) -> Axes:
     """``y`` against ``x``, one line per ``hue`` value. When the other parameters that vary
     (seeds, …) were crossed with ``x`` (a grid), the line is their mean, shaded between the
     least and the largest value at each ``x``; when they were not (a search's probes: each group
     probes its own ``x`` values), one line per combination of them in its hue's colour, never a
-    mean across them. ``target``: a dashed horizontal line (a search's threshold)."""
+    mean across them. ``target``: a dashed horizontal line (a search's threshold).
+    ``ceiling``: the proven SLO ceiling's curve of a goodput search (``llmopt.sweep.goodput``:
+    ``rate``, ``ceiling_share``, ``workload``), a black line per workload, drawn when ``y`` is
+    the attainment and ``x`` its rate parameter."""
     check_columns(frame, x=x, y=y, hue=hue)
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
@@ -91,6 +94,14 @@ def plot_lines(frame: pd.DataFrame, x: str, y: str, hue: str | None = None,
             color = line.get_color()
     if target is not None:
         ax.axhline(target, color=TARGET_COLOR, ls="--", lw=1.2, label=target_label)
+    if ceiling is not None and y == "attainment" and len(ceiling) and \
+            set(ceiling["parameter"]) == {x}:
+        for k, (_, curve) in enumerate(ceiling.groupby(["workload", "memory"], sort=False)):
+            curve = curve.sort_values("rate")
+            ax.plot(curve["rate"].to_numpy(dtype=float),
+                    curve["ceiling_share"].to_numpy(dtype=float), color="black", lw=1.6,
+                    marker="x", markersize=4, ls="-" if bool(curve["memory"].iloc[0]) else ":",
+                    label=None if k else "SLO ceiling: no schedule above\n(at the rates it probed)")
     positive = data[x].to_numpy(dtype=float)
     if len(positive) and positive.min() > 0 and positive.max() / positive.min() >= 16:
         ax.set_xscale("log")

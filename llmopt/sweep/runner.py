@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from llmopt.problems.api import DEFAULT_TIME_LIMIT_S
+from llmopt.sweep import goodput
 from llmopt.sweep.cell import run_cell
 from llmopt.sweep.engines import Engine, open_engine
 from llmopt.sweep.search import bisect
@@ -33,6 +34,9 @@ class SweepProgress:
 
     def update(self, done: int, running: int, failed: int, total: int) -> None:
         """A cell finished."""
+
+    def stage(self, text: str) -> None:
+        """Work outside the cells began (the goodput bound's ceiling)."""
 
     def stop(self) -> None:
         """The sweep ended (or was interrupted)."""
@@ -64,6 +68,7 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
     counts = {"ran": 0, "failed": 0}
     probes_used: dict[str, None] = {}
     search_table: pd.DataFrame | None = None
+    curve: pd.DataFrame | None = None
     interrupted = False
     shown.start(len(sweep.cells), skipped)
     try:
@@ -72,6 +77,10 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
         if sweep.search is not None:
             search_table = bisect(sweep, lambda probes: _probe_round(
                 runner, probes, store, finished, counts, shown, probes_used))
+        if search_table is not None and goodput.applies(sweep):
+            shown.stage("goodput bound: the SLO ceiling")
+            columns, curve = goodput.goodput_bounds(sweep, out, shown.stage)
+            search_table = _with_bound(search_table, columns)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -85,6 +94,8 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
     written = store.write_table(table, "results")
     if search_table is not None:
         written += store.write_table(search_table, "search")
+    if curve is not None and len(curve):
+        written += store.write_table(curve, "ceiling")
     reused = sum(1 for key in probes_used if key in before)
     report = SweepReport(table, search_table, counts["ran"], skipped + reused,
                          int((table["cell_status"] == "failed").sum()), written, interrupted,
@@ -92,6 +103,13 @@ def run_sweep(sweep: Sweep, out: Path, *, engine: str = "local", workers: int | 
     if interrupted:
         raise SweepInterrupted(report)
     return report
+
+
+def _with_bound(search: pd.DataFrame, columns: pd.DataFrame) -> pd.DataFrame:
+    """The search table with the goodput bound's columns before its ``note``."""
+    at = list(search.columns).index("note")
+    return pd.concat([search.iloc[:, :at], columns.set_index(search.index),
+                      search.iloc[:, at:]], axis=1)
 
 
 class SweepInterrupted(KeyboardInterrupt):

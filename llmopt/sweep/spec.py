@@ -14,6 +14,8 @@ A sweep file names one or more instances and the cells to run on them::
     metrics: [makespan_ms, ttft_p99_ms]   # the metric columns kept (default: all)
     validate: true                    # check every cell's answer with the validator
     search: {parameter: rate_scale, low: 0.25, high: 16, metric: ttft_p99_ms, at_most: 2000}
+                                      # (goodput_bound: false skips the SLO ceiling's rate
+                                      # of a search for attainment ≥ a level)
 
 A cell replays a ``policy`` or solves a ``problem``; the other parameters (:data:`PARAMETERS`)
 change the instance (seed, request count, arrival rate, system) or the solve. With several
@@ -160,6 +162,9 @@ class SearchSpec(_Strict):
     at_least: float | None = None
     at_most: float | None = None
     steps: Annotated[StrictInt, Field(ge=1, le=40)] = 6
+    #: searching rate_per_s or rate_scale for attainment ≥ a level: also the rate from which
+    #: the proven SLO ceiling forbids the level (``llmopt.sweep.goodput``)
+    goodput_bound: StrictBool = True
 
 
 class _SweepDoc(_Strict):

@@ -7,7 +7,10 @@
                             as it finishes, so an interrupted sweep keeps every finished cell)
     OUT/results.parquet     one row per cell: parameters, metrics, validity, runtime
     OUT/results.csv         the same table as CSV
-    OUT/search.parquet/csv  the bisection search's answer per group (when the sweep searches)
+    OUT/search.parquet/csv  the bisection search's answer per group (when the sweep searches),
+                            with the goodput bound of a rate search for attainment
+    OUT/ceiling.parquet/csv the SLO ceiling's curve: its share per workload and rate probed
+    OUT/ceilings/<key>.json one goodput bound per workload (``llmopt.sweep.goodput``)
     OUT/plot.png            the default plot
 """
 

@@ -54,6 +54,9 @@ class GoodputCeiling:
     scaled: bool
     probes: tuple[tuple[float, int, int], ...] = field(default_factory=tuple)  # rate, max, n
     runtime_s: float = 0.0
+    #: per probe (rate, met_max, method): the whole ceiling at that rate (the least of the
+    #: bounds that ran, monotone or not), a valid ceiling there: the curve of ``sweep plot``
+    ceilings: tuple[tuple[float, int, str], ...] = field(default_factory=tuple)
 
     def sentence(self, unit: str = "requests/s") -> str:
         if self.rate is None:
@@ -89,16 +92,19 @@ def check_scaling(base: Instance, base_rate: float, other: Instance, rate: float
 
 def goodput_ceiling(make_instance: Callable[[float], Instance], level: float, low: float,
                     high: float, steps: int = 12, rel_tol: float = 0.01,
-                    time_limit_s: float = 60.0, memory: bool = True) -> GoodputCeiling:
-    """The goodput ceiling of the module doc: bisection over [low, high] (at most ``steps``
-    probes after the two ends, stopping when the bracket is within ``rel_tol``); each probe's
-    ceiling gets ``time_limit_s``."""
+                    time_limit_s: float = 60.0, memory: bool = True,
+                    grid: int = 2) -> GoodputCeiling:
+    """The goodput ceiling of the module doc: ``grid`` rates spaced geometrically over
+    [low, high] (ends included) first, then bisection between the highest that allows the
+    level and the next (at most ``steps`` probes, stopping when the bracket is within
+    ``rel_tol``); each probe's ceiling gets ``time_limit_s``."""
     if not (0 < level <= 1):
         raise OptionError("must be in (0, 1]", field="level", value=level)
     if not (0 < low < high and math.isfinite(high)):
         raise OptionError("needs 0 < low < high", field="low/high", value=(low, high))
     t0 = time.perf_counter()
     probes: list[tuple[float, int, int]] = []
+    ceilings: list[tuple[float, int, str]] = []
     base: tuple[Instance, float] | None = None
     scaled = True
 
@@ -113,15 +119,22 @@ def goodput_ceiling(make_instance: Callable[[float], Instance], level: float, lo
                                      iterations=False)
         met = ceiling.monotone_max if ceiling.monotone_max is not None else ceiling.met_max
         probes.append((rate, met, ceiling.requests))
+        ceilings.append((rate, ceiling.met_max, ceiling.method))
         return allows(met, ceiling.requests, level)
 
-    if not ok(low):
-        return GoodputCeiling(None, low, level, scaled, tuple(probes),
-                              time.perf_counter() - t0)
-    if ok(high):
-        return GoodputCeiling(high, None, level, scaled, tuple(probes),
-                              time.perf_counter() - t0)
-    good, bad = low, high
+    def answer(rate: float | None, forbidden_at: float | None) -> GoodputCeiling:
+        return GoodputCeiling(rate, forbidden_at, level, scaled, tuple(probes),
+                              time.perf_counter() - t0, tuple(ceilings))
+
+    rates = [float(r) for r in np.geomspace(low, high, max(grid, 2))]
+    rates[0], rates[-1] = low, high
+    allowed = [ok(r) for r in rates]
+    if not allowed[0]:
+        return answer(None, low)
+    if all(allowed):
+        return answer(high, None)
+    first_bad = allowed.index(False)  # the monotone bound forbids every higher rate too
+    good, bad = rates[first_bad - 1], rates[first_bad]
     for _ in range(steps):
         if bad / good <= 1 + rel_tol:
             break
@@ -130,4 +143,4 @@ def goodput_ceiling(make_instance: Callable[[float], Instance], level: float, lo
             good = middle
         else:
             bad = middle
-    return GoodputCeiling(good, bad, level, scaled, tuple(probes), time.perf_counter() - t0)
+    return answer(good, bad)
