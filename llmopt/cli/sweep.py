@@ -210,7 +210,9 @@ def goodput_lines(search: pd.DataFrame, parameter: str) -> list[str]:
     target = str(search["target"].iloc[0]) if len(search) else ""
     keys = ["goodput_bound", "ceiling_allows_at", "goodput_bound_note"]
     lines = []
-    for (bound, allows, note), part in search.groupby(keys, dropna=False, sort=False):
+    key: Any
+    for key, part in search.groupby(keys, dropna=False, sort=False):
+        bound, allows, note = key
         if pd.isna(bound) or pd.isna(allows):
             text = f"goodput bound ({target}): {note}"
         else:
