@@ -138,12 +138,33 @@ def _g(comparison: PriorityComparison, instance: Instance) -> Rendered:
 
 @render.register
 def _section5(comparison: LadderComparison, instance: Instance) -> Rendered:
-    md = (f"{ladder_markdown(comparison.table)}\nReplays on {comparison.instances} model "
+    md = (f"{ladder_markdown(comparison.table, {'gap to bound': 'gap_to_bound'})}\n"
+          f"Replays on {comparison.instances} model "
           "instance(s) (Cheng et al. 2024, section 5): times in s; batch = mean batch size "
-          "(requests per slice; per iteration for ILS); pad, invalid and slices per request. "
-          "No lower bound: llmopt's exact model (scls-batching) covers one period's batching, "
-          "not a whole replay.\n")
+          "(requests per slice; per iteration for ILS); pad, invalid and slices per request; "
+          "gap to bound = (last end − the bound valid for the schedule) / last end.\n")
+    if comparison.bounds:
+        md += "\n" + slice_bounds_markdown(comparison) + "\n"
+    md += "".join(f"\nNote: {note}\n" for note in comparison.notes)
     return Rendered("slice-level schedules compared", md, comparison.table, None, {})
+
+
+HOLDS_FOR = {"slice": "slice-level schedulers", "iteration": "iteration-level (ILS)"}
+
+
+def slice_bounds_markdown(comparison: LadderComparison) -> str:
+    """The bounds of ``problems.scls.bounds`` as a table: at most the throughput, at least the
+    response mean and p95 and the last end, with what each holds for."""
+    lines = ["| bound for | req/s (at most) | response (s, at least) | resp. p95 (s, at least) "
+             "| last end (s, at least) | valid under |", "|---|---|---|---|---|---|"]
+    for engine, b in comparison.bounds.items():
+        lines.append(f"| {HOLDS_FOR.get(engine, engine)} | {b.throughput_rps:,.2f} | "
+                     f"{b.response_mean_ms / 1000:,.2f} | {b.response_p95_ms / 1000:,.2f} | "
+                     f"{b.makespan_ms / 1000:,.2f} | {b.valid_under} |")
+    lines.append("\nLast end: the larger of each request served alone after its arrival "
+                 "(T_serve(1, I, O), eqs 1–4) and the work of the requests arriving after any "
+                 "time, spread over the instances (formulations.md, SCLS bounds).")
+    return "\n".join(lines)
 
 
 __all__ = ["SLO_HEADERS", "Rendered", "comparison_markdown", "render"]

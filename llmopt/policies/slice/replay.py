@@ -147,9 +147,11 @@ def ladder_table(metrics: dict[str, dict[str, float]]) -> pd.DataFrame:
                          for name, m in metrics.items()])
 
 
-def ladder_markdown(table: pd.DataFrame) -> str:
-    """``ladder_table`` as markdown, times in seconds."""
-    heads = ["schedule", *LADDER_COLUMNS.values()]
+def ladder_markdown(table: pd.DataFrame, shares: dict[str, str] | None = None) -> str:
+    """``ladder_table`` as markdown, times in seconds; ``shares``: more columns (header →
+    table column) shown as percentages."""
+    extra = shares or {}
+    heads = ["schedule", *LADDER_COLUMNS.values(), *extra]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for row in table.to_dict("records"):
         cells = [str(row["schedule"])]
@@ -161,6 +163,8 @@ def ladder_markdown(table: pd.DataFrame) -> str:
             cells.append(f"{value / 1000:,.2f}" if key.endswith("_ms")
                          else f"{value:,.2f}" if key in ("throughput_rps", "slices_per_request")
                          else f"{value:,.1f}")
+        cells += ["—" if pd.isna(row.get(key)) else f"{float(row[key]):.2%}"
+                  for key in extra.values()]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

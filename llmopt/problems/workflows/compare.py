@@ -11,8 +11,9 @@ the hook the family registers (``FamilyInfo.compare``):
                    best priority plan, served on the same core, and the proven upper bound on G
                    over priority plans (held only against the plan the predictor scores);
 ``by_section5``    (the scls family, Cheng et al. 2024) the section 5 metrics of the slice-level
-                   schedulers and of the iteration-level baseline, side by side (no bound:
-                   llmopt's exact model covers one period's batching, not a whole replay).
+                   schedulers and of the iteration-level baseline, side by side, beside lower
+                   bounds on the last end and the response times (``problems.scls.bounds``;
+                   no exact row: llmopt's exact model covers one period's batching).
 
 Each returns the numbers; ``llmopt.report.compare.render`` renders them (markdown, chart).
 """
@@ -34,6 +35,8 @@ from llmopt.policies.slice.replay import ladder_table
 from llmopt.problems.api import bounds as family_bounds
 from llmopt.problems.api import family_of, solve
 from llmopt.problems.base import Bound
+from llmopt.problems.scls.bounds import Engine as BoundEngine
+from llmopt.problems.scls.bounds import SliceBounds, slice_bounds
 from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
 from llmopt.problems.workflows.ceiling import PolicyCeilings, policy_ceilings
@@ -217,24 +220,46 @@ def _replayed_row(name: str, schedule: Schedule, instance: Instance) -> dict[str
 @dataclass
 class LadderComparison:
     """The section 5 metrics of each schedule (``policies.slice.replay.LADDER_COLUMNS``), by
-    schedule name, and the model instances they ran on."""
+    schedule name, with ``gap_to_bound`` (last end − its bound) / last end; the model
+    instances they ran on; and the lower bounds of ``problems.scls.bounds`` valid for the
+    schedules of each engine ("slice", "iteration": ``bounds[engine]``) with ``notes``."""
 
     table: pd.DataFrame
     instances: int
+    bounds: dict[str, SliceBounds] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def by_section5(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
                 progress: Progress = SILENT, optimize: bool = True) -> LadderComparison:
     """The slice-level schedulers (Cheng et al. 2024, Fig. 15's ladder) and ILS side by side:
-    their section 5 metrics. No lower bound or exact row: llmopt has no exact model of a whole
-    slice-level cluster replay (its exact checks are per period: ``scls-batching``)."""
-    metrics = {}
+    their section 5 metrics, beside lower bounds on the last end and the response times valid
+    for every slice-level schedule, and for every continuous-batching one
+    (``problems.scls.bounds``), each schedule's gap measured against the bound of its engine.
+    No exact row: llmopt has no exact model of a whole slice-level cluster replay (its exact
+    checks are per period: ``scls-batching``)."""
+    metrics, engines = {}, {}
     for name in policies:
+        engines[name] = POLICIES[name].engine.value
         if POLICIES[name].engine is Engine.SLICE:
             metrics[name] = replay_policy(instance, name).metrics
         else:
             metrics[name] = _iteration_section5(instance, name)
-    return LadderComparison(ladder_table(metrics), instance.system.instances)
+    table = ladder_table(metrics)
+    bounds: dict[str, SliceBounds] = {}
+    notes: list[str] = []
+    for engine in dict.fromkeys(engines.values()):
+        found = slice_bounds(instance, BoundEngine(engine))
+        if found is None:
+            notes.append(f"no lower bound for the {engine}-level schedules: a coefficient of "
+                         "eqs 3–4 is negative")
+        else:
+            bounds[engine] = found
+    table["gap_to_bound"] = [
+        (last - bounds[engines[name]].makespan_ms) / last
+        if engines[name] in bounds and last > 0 else math.nan
+        for name, last in zip(table["schedule"], table["makespan_ms"], strict=True)]
+    return LadderComparison(table, instance.system.instances, bounds, notes)
 
 
 def _iteration_section5(instance: Instance, name: str) -> dict[str, float]:
