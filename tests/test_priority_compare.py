@@ -50,15 +50,18 @@ def test_without_optimizing_the_closed_form_bound_is_shown(cli, tmp_path):
     assert bound >= sol["g_per_s"] > table["g_per_s"].iloc[0]
 
 
-def test_no_bound_is_shown_for_several_model_instances(cli, tmp_path):
-    """slo-priority's plans and bound are for one model instance: on two, compare replays
-    and says why it shows neither (a one-instance bound would sit below the replays)."""
+def test_the_bound_on_several_model_instances_is_over_algorithm_2s_plans(cli, tmp_path):
+    """On two model instances compare shows Algorithm 2's plan (scored by the predictor and
+    replayed) and the bound over every plan on two instances (a one-instance bound would sit
+    below the replays): the plan's G is below it."""
     two = tmp_path / "two.yaml"
     two.write_text(INSTANCE.read_text().replace("system: {clients: 2}",
                                                 "system: {clients: 2, instances: 2}"))
     result = cli("compare", two, "--out", tmp_path)
     assert result.exit_code == 0, result.output
-    assert "upper bound on G" not in result.output
-    assert "plans one model instance, this system has 2" in result.output
+    assert "upper bound on G over priority plans on 2 model instances" in result.output
+    bound = float(result.output.split("**")[1].split()[0])
     table = pd.read_csv(tmp_path / "huang-chat-code" / "compare.csv")
-    assert list(table["schedule"]) == ["huang-vllm"]
+    assert list(table["schedule"]) == ["huang-vllm", "Algorithm 2 plan (SA per instance)",
+                                       "Algorithm 2 plan, replayed"]
+    assert table["g_per_s"].iloc[1] <= bound

@@ -74,18 +74,20 @@ def test_default_policies_are_the_ladder_and_ils_and_compare_tables_them(cli, tm
     comp = cli("compare", FIG11, "--out", tmp_path)
     assert comp.exit_code == 0, comp.output
     md = (tmp_path / "scls-fig11" / "compare.md").read_text()
-    rows = [line.split("|")[1].strip() for line in md.splitlines()
-            if line.startswith("| ") and not line.startswith("| schedule")]
+    ladder = md.split("\n\n")[1].splitlines()  # the first table, after the heading
+    lines = [line for line in ladder if line.startswith("| ") and "schedule" not in line]
+    rows = [line.split("|")[1].strip() for line in lines]
     assert rows == [*LADDER, "ils"]
     ils = next(line for line in md.splitlines() if line.startswith("| ils "))
-    assert [c.strip() for c in ils.split("|")[-4:-1]] == ["0.0", "0.0", "—"]  # no slices
+    assert [c.strip() for c in ils.split("|")[-5:-2]] == ["0.0", "0.0", "—"]  # no slices
     # Fig. 11: SLS serves the sixteen requests in one batch (13.5 s), SCLS splits (7.6 s)
-    last_end = {r: float(line.split("|")[5]) for r, line in zip(
-        rows, [x for x in md.splitlines() if x.startswith("| ") and "schedule" not in x],
-        strict=True)}
+    last_end = {r: float(line.split("|")[5]) for r, line in zip(rows, lines, strict=True)}
     assert last_end["sls"] == pytest.approx(13.5, abs=0.1)
     assert last_end["scls"] == pytest.approx(7.6, abs=0.1)
     assert (tmp_path / "scls-fig11" / "compare.csv").exists()
+    # the bounds beside them: none above what a schedule of its kind achieves
+    bound = next(line for line in md.splitlines() if line.startswith("| slice-level"))
+    assert float(bound.split("|")[5]) <= min(last_end[r] for r in LADDER)
 
 
 @pytest.mark.parametrize(("args", "needle"), [

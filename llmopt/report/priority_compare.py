@@ -37,7 +37,10 @@ def priority_markdown(comparison: PriorityComparison) -> str:
                      f"{row.n_met} of {row.requests} | {e2es[k]} | {totals[k]} | "
                      f"{gap} |")
     if comparison.bound_g_per_s is not None:
-        lines += ["", f"upper bound on G over priority plans (static batches of at most "
+        where = (f" on {comparison.instances} model instances (any split of the requests "
+                 "among them, each instance's plan its own: Algorithm 2's plans)"
+                 if comparison.instances > 1 else "")
+        lines += ["", f"upper bound on G over priority plans{where} (static batches of at most "
                   f"system.clients, timed by eqs 14–17): **{comparison.bound_g_per_s:.6f} "
                   f"requests/s** ({comparison.bound_proof}). Replays are timed by the simulation "
                   "core, and a continuous-batching policy is no priority plan: the bound is "

@@ -19,9 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from llmopt.errors import InstanceError
 from llmopt.problems.slo_priority import sa
-from llmopt.problems.slo_priority.exact import solve_exact
+from llmopt.problems.slo_priority.exact import (
+    max_met_bound,
+    solve_exact,
+    total_latency_lower_bound,
+)
 from llmopt.problems.slo_priority.model import Batches, SloPriorityData, evaluate, g_per_s
 
 
@@ -91,3 +97,45 @@ def plan_cluster(data: SloPriorityData, capacity_tokens: list[int], solver: str 
         plans.append(plan)
         met, total = met + ev.n_met, total + ev.total_ms
     return ClusterPlan(members, plans, met, total)
+
+
+CLUSTER_BOUND_PROOF = (
+    "G ≤ n / t with n at most the requests meeting their SLOs together on W instances (those "
+    "that can alone, and Moore–Hodgson on p = e/(W·B)) and t at least Σ e + Σ_j e_(j)·(N − "
+    "j·W·B)+ (at most W·B requests in each round of batches; the j-th shortest round lasts at "
+    "least e_(j)); over every split of the requests among the W instances and every plan of "
+    "each, timed by eqs 14–17")
+
+
+def cluster_latency_lower_bound(data: SloPriorityData, instances: int) -> float:
+    """A lower bound (ms) on t (eq 3) over every plan of Algorithm 2 on W = ``instances`` model
+    instances: any split of the requests, each instance running its batches (at most B
+    requests each) one after another from time 0. With e_i = min_s t_exec,i(s) (s ≤ B) sorted
+    e_(1) ≤ … ≤ e_(N): t ≥ Σ_i e_i + Σ_{j ≥ 1} e_(j)·max(0, N − j·W·B).
+
+    Why. t = Σ_i (wait_i + t_exec,i) ≥ Σ e_i + Σ_i wait_i (eqs 3–4). Call round r the r-th
+    batches of the instances (at most W of them); a request in round r waits for the batches of
+    rounds 1 … r − 1 on its instance. So Σ wait = Σ_r Σ_(β in round r) D_β·A_β, A_β the
+    requests after β on its instance, and Σ_(β in round r) A_β = the requests in rounds after r
+    ≥ N − r·W·B (each round holds at most W·B). With D_r the shortest duration of round r,
+    Σ wait ≥ Σ_r D_r·(N − r·W·B)+, the coefficients fall with r, so pairing them with the D_r in
+    ascending order bounds it from below (rearrangement), and the j-th shortest of the D_r is at
+    least e_(j): j distinct batches, each with a member whose e is at most its duration. At
+    W = 1 the one-instance bound (``total_latency_lower_bound``, tighter) is used."""
+    if instances <= 1:
+        return float(total_latency_lower_bound(data))
+    B = data.max_batch
+    e = np.sort(np.asarray([min(row[1:B + 1]) for row in data.exec_ms], dtype=float))
+    j = np.arange(1, len(e) + 1)
+    return float(e.sum() + (e * np.maximum(len(e) - j * instances * B, 0)).sum())
+
+
+def cluster_g_bound(data: SloPriorityData, instances: int) -> float:
+    """An upper bound on G (requests/s) over every plan of Algorithm 2 on ``instances`` model
+    instances (any split of the requests, each instance's plan of static batches of at most B,
+    timed by eqs 14–17): (``CLUSTER_BOUND_PROOF``) the requests that can meet their SLOs
+    together on the W instances (``exact.max_met_bound`` with W, never more than those that can
+    alone) over ``cluster_latency_lower_bound``. Both hold for every such plan, so their ratio
+    bounds n / t for each."""
+    meetable = min(data.n - len(data.unmeetable), max_met_bound(data, instances))
+    return g_per_s(meetable, cluster_latency_lower_bound(data, instances))

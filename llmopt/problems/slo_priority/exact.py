@@ -452,7 +452,7 @@ def monotone(data: SloPriorityData) -> bool:
                for i in range(data.n) for s in range(1, B))
 
 
-def max_met_bound(data: SloPriorityData) -> int:
+def max_met_bound(data: SloPriorityData, instances: int = 1) -> int:
     """An upper bound on the most requests that can meet their SLOs together, exact at max
     batch 1: Moore and Hodgson's algorithm for 1||ΣU_j on p_i = e_i / B (e_i = min_s
     t_exec,i(s)), request i due at L_i + p_i + (B − 1)·max_k p_k, L_i = max_s slack_i(s) (the
@@ -463,10 +463,19 @@ def max_met_bound(data: SloPriorityData) -> int:
     t_exec ≥ e, so the e of the requests in earlier batches sum to at most B times the start st_i
     of i's batch, and st_i ≤ L_i when i is met: Σ_(earlier) p_k ≤ L_i, plus at most B − 1
     batch-mates listed before i, each p_k ≤ max p. So the met requests meet these due dates in
-    that order. At B = 1 (p = t_exec,i(1), due at slack_i(1) + t_exec,i(1)) it is exact."""
+    that order. At B = 1 (p = t_exec,i(1), due at slack_i(1) + t_exec,i(1)) it is exact.
+
+    On W = ``instances`` model instances (Algorithm 2's plans: any split of the requests, each
+    instance its own batches from time 0) the same holds with W·B in place of B: list the met
+    requests by the start of their batch. Before i (in that order) come, on each instance, the
+    requests of batches that ended by st_i (their e sum to at most B·st_i there) and those of at
+    most one batch running or starting at st_i (at most B, each e ≤ max e; on i's own instance
+    i's batch-mates, at most B − 1). So Σ_(up to i) e ≤ W·B·st_i + (W·B − 1)·max e + e_i: with
+    p = e / (W·B), Σ_(up to i) p ≤ L_i + p_i + (W·B − 1)·max p."""
     B = data.max_batch
     least = [min(row[1:B + 1]) for row in data.exec_ms]
-    mates = (B - 1) * max(least, default=0.0) / B
+    wide = instances * B
+    mates = (wide - 1) * max(least, default=0.0) / wide
     free = 0
     jobs = []
     for i in range(data.n):
@@ -474,7 +483,7 @@ def max_met_bound(data: SloPriorityData) -> int:
         if latest == math.inf:
             free += 1
         elif latest >= 0:
-            p = least[i] / B
+            p = least[i] / wide
             jobs.append((latest + p + mates, p))
     jobs.sort()
     heap: list[float] = []

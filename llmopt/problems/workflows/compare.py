@@ -8,8 +8,9 @@ the hook the family registers (``FamilyInfo.compare``):
                    problem under that model, and with SLOs the proven ceiling on SLO
                    attainment beside each schedule's (``workflows.ceiling``);
 ``by_g``           (the bilinear family, Huang et al. 2025) G (eq 2) of each replay beside the
-                   best priority plan, served on the same core, and the proven upper bound on G
-                   over priority plans (held only against the plan the predictor scores);
+                   best priority plan (Algorithm 2's on several model instances), served on
+                   the same core, and the proven upper bound on G over priority plans (held
+                   only against the plan the predictor scores);
 ``by_section5``    (the scls family, Cheng et al. 2024) the section 5 metrics of the slice-level
                    schedulers and of the iteration-level baseline, side by side, beside lower
                    bounds on the last end and the response times (``problems.scls.bounds``;
@@ -37,10 +38,19 @@ from llmopt.problems.api import family_of, solve
 from llmopt.problems.base import Bound
 from llmopt.problems.scls.bounds import Engine as BoundEngine
 from llmopt.problems.scls.bounds import SliceBounds, slice_bounds
+from llmopt.problems.slo_priority.cluster import (
+    CLUSTER_BOUND_PROOF,
+    cluster_g_bound,
+    plan_cluster,
+)
 from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
 from llmopt.problems.workflows.ceiling import PolicyCeilings, policy_ceilings
-from llmopt.problems.workflows.slo_priority import replay_plan, replayed_g
+from llmopt.problems.workflows.slo_priority import (
+    replay_cluster_plan,
+    replay_plan,
+    replayed_g,
+)
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.schedule import Schedule
@@ -49,6 +59,8 @@ from llmopt.schedule.schedule import LATENCY_METRICS
 
 PLAN = "slo-priority plan"
 PLAN_REPLAYED = "slo-priority plan, replayed"
+CLUSTER_PLAN = "Algorithm 2 plan (SA per instance)"
+CLUSTER_PLAN_REPLAYED = "Algorithm 2 plan, replayed"
 BY_MODEL = "eqs 14–17"  # a row scored by the predictor, the only kind the bound holds for
 
 
@@ -155,26 +167,26 @@ class PriorityComparison:
     ``requests``, ``total_e2e_s``, ``makespan_s``, ``gap_to_bound``) and the bound on G."""
 
     table: pd.DataFrame
-    bound_g_per_s: float | None  # None: no bound for this instance (several model instances)
+    bound_g_per_s: float | None  # None: no bound
     bound_proof: str
     schedules: dict[str, Schedule]
     results: dict[str, Result]
     notes: list[str] = field(default_factory=list)
+    instances: int = 1  # the model instances the plans and the bound are for
 
 
 def by_g(instance: Instance, policies: list[str], time_limit_s: float,
          progress: Progress = SILENT, optimize: bool = True) -> PriorityComparison:
     """Replay ``policies``; with ``optimize``, also solve ``slo-priority`` (CP-SAT from SA's
     plan) and serve its plan. The bound is CP-SAT's when it solved, else the closed-form one
-    every solver reports (``simple_bound``)."""
+    every solver reports (``simple_bound``). On several model instances, Algorithm 2's plan
+    (``cluster.plan_cluster``, SA per instance) and its replay, and the closed-form bound over
+    every plan of Algorithm 2 (``cluster.cluster_g_bound``)."""
     rows: list[dict[str, object]] = []
     schedules: dict[str, Schedule] = {}
     results: dict[str, Result] = {}
     notes: list[str] = []
     one_instance = instance.system.instances == 1
-    if not one_instance:
-        notes.append(f"no plan and no bound: slo-priority plans one model instance, this "
-                     f"system has {instance.system.instances} (system.instances)")
     for policy in policies:
         progress.stage(f"replay {policy}")
         results[policy], schedules[policy] = replay_result(instance, policy, progress=progress)
@@ -198,14 +210,44 @@ def by_g(instance: Instance, policies: list[str], time_limit_s: float,
                 bound, proof = plan.data["g_bound_per_s"], plan.proof or "CP-SAT"
             schedules[PLAN_REPLAYED] = replay_plan(instance, plan)
             rows.append(_replayed_row(PLAN_REPLAYED, schedules[PLAN_REPLAYED], instance))
+    if optimize and not one_instance:
+        progress.stage("Algorithm 2: instance assignment, then SA per instance")
+        rows += _cluster_rows(instance, schedules, notes)
     if bound is None and one_instance:
         bound = simple_bound(SloPriorityData.from_instance(instance))
         proof = f"{SIMPLE_BOUND_PROOF}, closed form"
+    elif bound is None:
+        bound = cluster_g_bound(SloPriorityData.from_instance(instance),
+                                instance.system.instances)
+        proof = f"{CLUSTER_BOUND_PROOF}; closed form"
+    ceilings = policy_ceilings(instance, policies, time_limit_s, progress)
+    if ceilings is not None and ceilings.note:
+        notes.append(ceilings.note)  # G's family has no SLO attainment ceiling
     table = pd.DataFrame(rows)
     table["gap_to_bound"] = [
         (bound - g) / bound if scored == BY_MODEL and bound else float("nan")
         for g, scored in zip(table["g_per_s"], table["scored_by"], strict=True)]
-    return PriorityComparison(table, bound, proof, schedules, results, notes)
+    return PriorityComparison(table, bound, proof, schedules, results, notes,
+                              instance.system.instances)
+
+
+def _cluster_rows(instance: Instance, schedules: dict[str, Schedule], notes: list[str]
+                  ) -> list[dict[str, object]]:
+    """Algorithm 2's plan on the instance's model instances (InstAssign with
+    ``system.kv_capacity`` tokens per instance, or, without one, the requests' total: every
+    request then goes where the most is left) scored by eqs 14–17, and its replay."""
+    data = SloPriorityData.from_instance(instance)
+    kv = instance.system.kv_capacity or sum(data.input_tokens) + sum(data.output_tokens)
+    try:
+        plan = plan_cluster(data, [kv] * instance.system.instances)
+    except LlmoptError as exc:
+        notes.append(f"Algorithm 2 not planned: {exc}")
+        return []
+    schedules[CLUSTER_PLAN_REPLAYED] = replay_cluster_plan(instance, plan)
+    return [{"schedule": CLUSTER_PLAN, "scored_by": BY_MODEL, "g_per_s": plan.g_per_s,
+             "n_met": plan.n_met, "requests": instance.num_requests,
+             "total_e2e_s": plan.total_ms / 1000.0, "makespan_s": float("nan")},
+            _replayed_row(CLUSTER_PLAN_REPLAYED, schedules[CLUSTER_PLAN_REPLAYED], instance)]
 
 
 def _replayed_row(name: str, schedule: Schedule, instance: Instance) -> dict[str, object]:
@@ -255,6 +297,9 @@ def by_section5(instance: Instance, policies: list[str], time_limit_s: float = 6
                          "eqs 3–4 is negative")
         else:
             bounds[engine] = found
+    ceilings = policy_ceilings(instance, policies, time_limit_s, progress)
+    if ceilings is not None and ceilings.note:
+        notes.append(ceilings.note)
     table["gap_to_bound"] = [
         (last - bounds[engines[name]].makespan_ms) / last
         if engines[name] in bounds and last > 0 else math.nan
