@@ -206,8 +206,8 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
         why = "interrupted" if stop is not None and stop() else "time limit"
         notes.append(f"not run ({why}): {', '.join(skipped)}")
     method = min(bounds, key=lambda k: (bounds[k], list(bounds).index(k)))
-    memory_text = (" that respects M (one ignoring M, such as vllm-unlimited, is bounded "
-                   "without the KV rule: memory=False)" if memory
+    memory_text = (" that respects M (one ignoring M, such as vllm-unlimited, has a ceiling "
+                   "of its own without the KV rule)" if memory
                    else " (also those ignoring M, such as vllm-unlimited)")
     return AttainmentCeiling(
         met_max=int(bounds[method]), requests=n, method=method, proof=proofs[method],
