@@ -16,7 +16,7 @@ def test_compare_shows_attainment_below_the_exact_bound() -> None:
                                   "output": {"dist": "uniform", "low": 1, "high": 8},
                                   "arrival": {"process": "poisson", "rate_per_s": 200}}},
         "slo": {"multiple": 2, "basis": "each"}})
-    result = compare(inst, ["sola", "vllm-v1", "vllm"], time_limit_s=5)
+    result = compare(inst, ["sola", "vllm-v1", "vllm"], time_limit_s=12)
     assert result.ceilings is not None
     bound = result.ceilings.within_memory
     assert bound is not None and bound.requests == 6 and "exact" in bound.bounds

@@ -89,6 +89,9 @@ def ceiling_lines(ceilings: PolicyCeilings) -> list[str]:
                    f"**{ignoring.sentence()}**; {ignoring.runtime_s:.1f} s.")
     found = within or ignoring
     if found is not None:
+        ran = ", ".join(f"{name} {met}" for name, met in found.bounds.items())
+        out.append(f"Bounds that ran: {ran}" + "".join(f"; {note}" for note in found.notes)
+                   + ".")
         out.append(f"Valid under: {found.valid_under}. Gap to ceiling: the ceiling that holds "
                    "for the schedule minus its attainment.")
     if ceilings.note:

@@ -198,7 +198,9 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
         skipped.append("the exact model")
     elif exact and simulation is not None and _exact_applies(instance):
         from_exact = _exact(instance, deadline - time.perf_counter(), workers, simulation)
-        if from_exact is not None:
+        if isinstance(from_exact, str):
+            notes.append(from_exact)
+        else:
             bounds["exact"], proofs["exact"], exact_note = from_exact
             notes.append(exact_note)
     if skipped:
@@ -270,17 +272,20 @@ def _exact_applies(instance: Instance) -> bool:
     return (instance.num_requests <= MAX_ATTAINMENT_REQUESTS and instance.system.instances == 1)
 
 
+EXACT_LEAST_S = 0.5  # the exact model is not started with less time left
+
+
 def _exact(instance: Instance, time_left_s: float, workers: int, simulation: Simulation
-           ) -> tuple[int, str, str] | None:
+           ) -> tuple[int, str, str] | str:
     """The exact model's proven bound within ``time_left_s``, its proof and a note on the best
-    schedule it found (None: it does not apply)."""
-    if time_left_s < 0.5:
-        return None
+    schedule it found; or why it did not run."""
+    if time_left_s < EXACT_LEAST_S:
+        return f"exact attainment model: not run ({time_left_s:.2f} s left)"
     try:
         found = attainment_bound(instance, time_limit_s=time_left_s, workers=workers,
                                  simulation=simulation)
-    except LlmoptError:
-        return None
+    except LlmoptError as exc:
+        return f"exact attainment model: not run ({exc})"
     best = "none" if found.met_best is None else f"{found.met_best} of {found.requests}"
     return found.met_upper, (f"the exact attainment model (CP-SAT), {found.status}: "
                              f"{'; '.join(found.notes)}"), (

@@ -22,6 +22,7 @@ Each returns the numbers; ``llmopt.report.compare.render`` renders them (markdow
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -45,7 +46,7 @@ from llmopt.problems.slo_priority.cluster import (
 )
 from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
-from llmopt.problems.workflows.ceiling import PolicyCeilings, policy_ceilings
+from llmopt.problems.workflows.ceiling import MIN_CEILING_S, PolicyCeilings, policy_ceilings
 from llmopt.problems.workflows.slo_priority import (
     replay_cluster_plan,
     replay_plan,
@@ -62,6 +63,8 @@ PLAN_REPLAYED = "slo-priority plan, replayed"
 CLUSTER_PLAN = "Algorithm 2 plan (SA per instance)"
 CLUSTER_PLAN_REPLAYED = "Algorithm 2 plan, replayed"
 BY_MODEL = "eqs 14–17"  # a row scored by the predictor, the only kind the bound holds for
+EXACT_SHARE_WITH_CEILING = 0.5  # of the time limit, for the exact problem when a ceiling follows
+CEILING_LEAST_SHARE = 0.5       # of the time limit, at least, for the SLO ceiling
 
 
 def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
@@ -103,7 +106,10 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     """Replay ``policies`` beside the lower bounds of the instance's family; with
     ``optimize``, also the family's exact problem under the replays' time model (a row of its
     own, e.g. ``pd-competition`` with the replay time model, or ``infermax-csp`` on small
-    instances) and the solver-based bounds."""
+    instances) and the solver-based bounds. With SLOs, the exact problem gets half the time
+    limit and the SLO ceiling what is left of it when it starts, at least half of it (the
+    bounds before it are not held to the limit)."""
+    started = time.perf_counter()
     family = family_of(instance)
     bounds = family_bounds(instance, time_limit_s, progress, solver_bounds=optimize)
     results: dict[str, Result] = {}
@@ -116,8 +122,10 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     if optimize and small:
         progress.stage(f"{family.exact} under the replays' time model")
         try:
-            results[family.exact] = solve(instance, family.exact, None, time_limit_s,
-                                          progress, **family.exact_options)
+            results[family.exact] = solve(
+                instance, family.exact, None,
+                time_limit_s * (EXACT_SHARE_WITH_CEILING if instance.has_slos else 1.0),
+                progress, **family.exact_options)
         except LlmoptError as exc:
             notes.append(f"{family.exact} not solved: {exc}")
     elif optimize:
@@ -141,8 +149,9 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
             **{k: m.get(k) for k in LATENCY_METRICS},
         })
     table = pd.DataFrame(rows)
-    ceilings = policy_ceilings(instance, list(results), time_limit_s, progress,
-                               exact=optimize)
+    left = max(time_limit_s - (time.perf_counter() - started),
+               CEILING_LEAST_SHARE * time_limit_s, MIN_CEILING_S)
+    ceilings = policy_ceilings(instance, list(results), left, progress, exact=optimize)
     if ceilings is not None:
         with_ceiling(table, ceilings)
     return Comparison(table, bounds, results, family.replay_time_model, notes, ceilings)
