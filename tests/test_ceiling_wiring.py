@@ -110,10 +110,11 @@ def test_ctrl_c_keeps_the_best_bound_found(monkeypatch):
     monkeypatch.setattr(workflow, "load", lambda hook: hook)
     found = policy_ceilings(inst, ["vllm", "vllm-unlimited"], 10.0)
     assert seen["stop"] is True
-    assert found is not None and found.interrupted and found.within_memory is not None
+    assert found is not None and found.signalled and found.within_memory is not None
     assert found.ignoring_memory is None and "not computed (interrupted)" in found.note
     assert found.within_memory.method == "alone"  # the flows were not started
-    assert "interrupted: the best bound found so far" in found.within_memory.sentence()
+    assert found.within_memory.interrupted
+    assert "stopped before every bound ran" in found.within_memory.sentence()
 
 
 # --------------------------------------------------------------------- goodput bound

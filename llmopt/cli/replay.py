@@ -148,7 +148,7 @@ offline, online, hybrid; InferMax: every scheduler)."""
         err.print(f"{len(failed)} of {len(names)} policies could not run this instance; the "
                   "others were replayed")
         raise typer.Exit(2)
-    if ceilings is not None and ceilings.interrupted:
+    if ceilings is not None and ceilings.signalled:
         raise typer.Exit(130)  # everything written, the ceiling's best bound so far shown
 
 

@@ -112,7 +112,8 @@ class AttainmentCeiling:
         where = (f" on {self.replicas} model instances with any router" if self.replicas > 1
                  else "")
         scope = "" if self.memory else ", KV memory unlimited"
-        cut = ", interrupted: the best bound found so far" if self.interrupted else ""
+        cut = (", stopped before every bound ran (time limit or interrupt): the best found "
+               "so far" if self.interrupted else "")
         return (f"at most {self.met_max} of {self.requests} requests "
                 f"({100 * self.share:.1f} %) can meet their SLOs in any schedule{where} "
                 f"(method: {self.method}{scope}{cut})")

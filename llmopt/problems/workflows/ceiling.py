@@ -64,6 +64,7 @@ class PolicyCeilings:
     ignoring_memory: AttainmentCeiling | None = None
     ignoring: tuple[str, ...] = ()
     note: str = ""
+    signalled: bool = False  # a stop signal (Ctrl-C, SIGTERM) came while they ran
 
     def for_schedule(self, name: str) -> AttainmentCeiling | None:
         """The ceiling that holds for the schedule ``name``."""
@@ -71,8 +72,9 @@ class PolicyCeilings:
 
     @property
     def interrupted(self) -> bool:
-        return any(c is not None and c.interrupted
-                   for c in (self.within_memory, self.ignoring_memory))
+        """Some bound did not run (its time was up, or a stop signal came)."""
+        return self.signalled or any(c is not None and c.interrupted
+                                     for c in (self.within_memory, self.ignoring_memory))
 
     def lines(self) -> list[str]:
         """The sentences to print: the ceiling, the one for schedules ignoring M, the note."""
@@ -123,7 +125,8 @@ def policy_ceilings(instance: Instance, schedules: Iterable[str], time_limit_s: 
             except LlmoptError as exc:
                 notes.append(f"SLO ceiling not computed: {exc}")
                 break
-    return PolicyCeilings(found.get(True), found.get(False), ignoring, "; ".join(notes))
+    return PolicyCeilings(found.get(True), found.get(False), ignoring, "; ".join(notes),
+                          stop.is_set())
 
 
 __all__ = ["PolicyCeilings", "ignores_memory", "infermax_ceiling", "policy_ceilings"]
