@@ -87,9 +87,12 @@ def solve_cpsat(
     bound = solver.best_objective_bound if ending != "error" else None
     if ending == "infeasible":
         bound = None
-    # CP-SAT stops short of proof only at the time limit or on Ctrl-C (SIGINT).
-    stopped_early = time_limit_s is None or runtime < 0.98 * time_limit_s
-    interrupted = (ending in ("feasible", "no_solution") and stopped_early) or stopped.is_set()
+    if ours:  # the watcher saw the signal
+        interrupted = stopped.is_set()
+    else:  # CP-SAT caught it: it stops short of proof only then or at the time limit (though
+        # under load it may end its presolve, out of time, a little before the limit)
+        stopped_early = time_limit_s is None or runtime < 0.98 * time_limit_s
+        interrupted = ending in ("feasible", "no_solution") and stopped_early
     return Outcome(
         ending=ending,
         objective=objective,
