@@ -216,3 +216,36 @@ def test_ctrl_c_under_sigint_stops_calls_stop_from_the_watcher(sig):
                           preexec_fn=like_a_terminal)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+ARC_FLOW_STOPS = """
+import os, signal, threading, time
+import highspy
+from llmopt.backends import highs
+from llmopt.data.instance import load_instance
+from llmopt.problems.pang import pcmax_arcflow
+from llmopt.signals import sigterm_as_interrupt
+sigterm_as_interrupt()
+weights = load_instance({instance!r}).output_tokens
+runs = []
+real_run = highs.run_interruptible
+def run(h):
+    runs.append(h)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    real_run(h)
+pcmax_arcflow.run_interruptible = run
+try:
+    pcmax_arcflow.fits(weights, 20, 1799, time.perf_counter() + 120)
+except KeyboardInterrupt:
+    print(runs[0].getModelStatus() == highspy.HighsModelStatus.kInterrupt)
+"""
+
+
+def test_a_highs_model_built_directly_stops_on_a_signal():
+    """The bin packing's arc-flow MIP (highspy without Pyomo) used to run to its time limit
+    after Ctrl-C: a stop signal now interrupts HiGHS (its status says so, not the time limit)
+    and raises KeyboardInterrupt. hard-100x20 at 1799 tokens is not decided within minutes."""
+    code = ARC_FLOW_STOPS.replace("{instance!r}", repr(str(TOY / "hard-100x20.yaml")))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, preexec_fn=like_a_terminal)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr

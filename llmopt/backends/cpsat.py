@@ -42,12 +42,25 @@ class _Reporter(cp_model.CpSolverSolutionCallback):
 def subsolver(max_time_s: float, workers: int) -> cp_model.CpSolver:
     """A CP-SAT solver for short sub-solves inside a Python loop (a search's window, a decision
     at one makespan). It leaves SIGINT to Python: Ctrl-C raises KeyboardInterrupt once the
-    sub-solve returns, and the loop's caller keeps its incumbent."""
+    sub-solve returns (at once under the CLI's watcher, with ``solve_stoppable``), and the
+    loop's caller keeps its incumbent."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max_time_s
     solver.parameters.num_workers = workers
     solver.parameters.catch_sigint_signal = False
     return solver
+
+
+def solve_stoppable(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+    """``solver.solve(model)`` for a sub-solve (``subsolver``): where the CLI's watcher runs,
+    Ctrl-C (or SIGTERM) stops the search at once instead of at its time limit; either way the
+    stop raises KeyboardInterrupt once the sub-solve returns."""
+    stopped = threading.Event()
+    with sigint_stops(solver.stop_search, stopped):
+        status = solver.solve(model)
+    if stopped.is_set():
+        raise KeyboardInterrupt
+    return status
 
 
 def solve_cpsat(

@@ -100,6 +100,7 @@ def solve_highs(
 
     h.cbMipInterrupt.subscribe(report)
     h.cbMipImprovingSolution.subscribe(report)
+    _stop_lp_on(h, stop)
     solver_options = {"mip_rel_gap": mip_rel_gap, "mip_abs_gap": mip_abs_gap}
     solver_options.update(options or {})
     t0 = time.perf_counter()
@@ -142,6 +143,36 @@ def solve_highs(
         message=f"HiGHS termination: {tc.name if hasattr(tc, 'name') else tc}",
         solution=solution_or_none(ending, collect, pyo.value),
     )
+
+
+def _stop_lp_on(h: highspy.Highs, stop: threading.Event) -> None:
+    """Simplex and interior-point iterations (an LP, or a MIP's root) stop once ``stop`` is
+    set (the MIP's own interrupt callback is the caller's)."""
+
+    def check(event: Any) -> None:
+        if stop.is_set():
+            event.interrupt()
+
+    h.cbSimplexInterrupt.subscribe(check)
+    h.cbIpmInterrupt.subscribe(check)
+
+
+def run_interruptible(h: highspy.Highs) -> None:
+    """``h.run()`` that Ctrl-C (or SIGTERM) stops at HiGHS's next check in the simplex,
+    interior-point or MIP solver, then raises KeyboardInterrupt (for a highspy model built
+    directly, without Pyomo)."""
+    stop = threading.Event()
+
+    def check(event: Any) -> None:
+        if stop.is_set():
+            event.interrupt()
+
+    h.cbMipInterrupt.subscribe(check)
+    _stop_lp_on(h, stop)
+    with sigint_sets(stop):
+        h.run()
+    if stop.is_set():
+        raise KeyboardInterrupt
 
 
 def _set_start(opt: Highs, h: highspy.Highs, start: Mapping[Any, float]) -> None:

@@ -275,7 +275,7 @@ def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.
     for j in range(k):
         model.add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
     solver = cpsat_backend.subsolver(max(min(0.05, deadline - time.perf_counter()), 0.01), 1)
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if cpsat_backend.solve_stoppable(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return np.array([next(j for j, v in enumerate(row) if solver.value(v)) for row in x])
 
