@@ -14,7 +14,7 @@ import pyomo.environ as pyo
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 from pyomo.contrib.solver.solvers.highs import Highs
 
-from llmopt.backends.common import Ending, Outcome, solution_or_none
+from llmopt.backends.common import Ending, Outcome, OutOfTime, solution_or_none
 from llmopt.progress import SILENT, Progress
 from llmopt.signals import sigint_sets
 
@@ -62,17 +62,25 @@ def solve_highs(
     scale: float = 1.0,
     unit: str = "",
     options: Mapping[str, Any] | None = None,
+    deadline: float = math.inf,
 ) -> Outcome:
     """Solve a Pyomo MIP with HiGHS, keeping the incumbent on time limit or Ctrl-C.
 
     ``warm_start`` maps Pyomo variables to values of a feasible solution, passed to HiGHS as its
-    starting incumbent. ``collect(value_of)`` reads the incumbent (``value_of(var)``).
+    starting incumbent. ``collect(value_of)`` reads the incumbent (``value_of(var)``). With a
+    ``deadline`` (perf_counter seconds), the time limit is at most what is left of it once the
+    model is loaded into HiGHS, and ``OutOfTime`` is raised when nothing is left.
     """
     opt = Highs()
     opt.set_instance(model)
     h = opt._solver_model  # the highspy.Highs object Pyomo built; public API gives no handle
     if warm_start:
         _set_start(opt, h, warm_start)
+    if math.isfinite(deadline):
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            raise OutOfTime
+        time_limit_s = left if time_limit_s is None else min(time_limit_s, left)
     last = [0.0]
     stop = threading.Event()
 
@@ -92,6 +100,7 @@ def solve_highs(
 
     h.cbMipInterrupt.subscribe(report)
     h.cbMipImprovingSolution.subscribe(report)
+    _stop_lp_on(h, stop)
     solver_options = {"mip_rel_gap": mip_rel_gap, "mip_abs_gap": mip_abs_gap}
     solver_options.update(options or {})
     t0 = time.perf_counter()
@@ -134,6 +143,36 @@ def solve_highs(
         message=f"HiGHS termination: {tc.name if hasattr(tc, 'name') else tc}",
         solution=solution_or_none(ending, collect, pyo.value),
     )
+
+
+def _stop_lp_on(h: highspy.Highs, stop: threading.Event) -> None:
+    """Simplex and interior-point iterations (an LP, or a MIP's root) stop once ``stop`` is
+    set (the MIP's own interrupt callback is the caller's)."""
+
+    def check(event: Any) -> None:
+        if stop.is_set():
+            event.interrupt()
+
+    h.cbSimplexInterrupt.subscribe(check)
+    h.cbIpmInterrupt.subscribe(check)
+
+
+def run_interruptible(h: highspy.Highs) -> None:
+    """``h.run()`` that Ctrl-C (or SIGTERM) stops at HiGHS's next check in the simplex,
+    interior-point or MIP solver, then raises KeyboardInterrupt (for a highspy model built
+    directly, without Pyomo)."""
+    stop = threading.Event()
+
+    def check(event: Any) -> None:
+        if stop.is_set():
+            event.interrupt()
+
+    h.cbMipInterrupt.subscribe(check)
+    _stop_lp_on(h, stop)
+    with sigint_sets(stop):
+        h.run()
+    if stop.is_set():
+        raise KeyboardInterrupt
 
 
 def _set_start(opt: Highs, h: highspy.Highs, start: Mapping[Any, float]) -> None:

@@ -82,6 +82,8 @@ def compare(
     schedules = {name: r.schedule for name, r in comp.results.items() if r.schedule is not None}
     write_comparison(inst, out_dir, "schedules compared", comp.markdown(), comp.table, ax,
                      schedules)
+    if comp.interrupted:
+        raise typer.Exit(130)  # written with the exact solve's incumbent, as solve does
 
 
 def compare_priority_plans(inst: Instance, names: list[str], out_dir: Path, limit: float,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from llmopt.data.instance import Instance
+from llmopt.deadline import Deadline
 from llmopt.errors import LlmoptError
 from llmopt.plugins import load
 from llmopt.policies.replay import replay_result
@@ -43,6 +44,7 @@ class Comparison:
     time_model: str  # the replays' time model: only bounds valid under it measure gaps
     notes: list[str] = field(default_factory=list)
     attainment_bound: AttainmentBound | None = None
+    interrupted: bool = False  # a stop signal ended the exact solve: its incumbent is shown
 
     @property
     def best_bound(self) -> Bound | None:
@@ -97,25 +99,47 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
 
+BOUNDS_SHARE = 0.4  # of the time left after the replays, for the bounds when a solve follows
+MIN_PHASE_S = 0.05  # a bound or a solve gets at least this, even once the time is up
+
+
 def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
             progress: Progress = SILENT, optimize: bool = True) -> Comparison:
     """Replay ``policies`` beside the lower bounds of the instance's family; with
     ``optimize``, also the family's exact problem under the replays' time model (a row of its
     own, e.g. ``pd-competition`` with the replay time model, or ``infermax-csp`` on small
-    instances) and the solver-based bounds."""
+    instances) and the solver-based bounds.
+
+    Everything shares ``time_limit_s``: the replays come first, one at a time, each starting
+    only within the limit (the first always runs; a note names those skipped); the bounds get
+    ``BOUNDS_SHARE`` of the time left when a solve follows, the exact problem half of the rest
+    when the attainment bound follows it, and the attainment bound the rest. A bound or solve
+    whose time is up gets ``MIN_PHASE_S``: the closed-form bounds and the heuristics."""
     family = family_of(instance)
-    bounds = family_bounds(instance, time_limit_s, progress, solver_bounds=optimize)
-    results: dict[str, Result] = {}
-    for policy in policies:
-        progress.stage(f"replay {policy}")
-        results[policy], _ = replay_result(instance, policy, progress=progress)
+    deadline = Deadline.after(time_limit_s)
     small = (family.exact_max_requests is None
              or instance.num_requests <= family.exact_max_requests)
+    solve_exact = optimize and small
+    attain = optimize and instance.has_slos
+    results: dict[str, Result] = {}
     notes: list[str] = []
-    if optimize and small:
+    skipped: list[str] = []
+    for policy in policies:
+        if results and deadline.passed():
+            skipped.append(policy)
+            continue
+        progress.stage(f"replay {policy}")
+        results[policy], _ = replay_result(instance, policy, progress=progress)
+    if skipped:
+        notes.append(f"not replayed: {', '.join(skipped)} (the {time_limit_s:g} s time limit "
+                     "was up; a longer --time-limit replays them)")
+    bounds = family_bounds(instance, _seconds(deadline.share(
+        BOUNDS_SHARE if solve_exact or attain else 1.0)), progress, solver_bounds=optimize)
+    if solve_exact:
         progress.stage(f"{family.exact} under the replays' time model")
         try:
-            results[family.exact] = solve(instance, family.exact, None, time_limit_s,
+            results[family.exact] = solve(instance, family.exact, None,
+                                          _seconds(deadline.share(0.5 if attain else 1.0)),
                                           progress, **family.exact_options)
         except LlmoptError as exc:
             notes.append(f"{family.exact} not solved: {exc}")
@@ -139,10 +163,18 @@ def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
             **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
             **{k: m.get(k) for k in LATENCY_METRICS},
         })
-    attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
-        if optimize and instance.has_slos else None
+    interrupted = exact is not None and exact.interrupted
+    if interrupted:
+        notes.append(f"{family.exact} interrupted: its best schedule so far is shown")
+    attainment = _attainment_bound(instance, _seconds(deadline), progress, notes) \
+        if attain and not interrupted else None
     return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes,
-                      attainment)
+                      attainment, interrupted)
+
+
+def _seconds(deadline: Deadline) -> float:
+    """The time left to a phase, at least ``MIN_PHASE_S``."""
+    return max(deadline.left(), MIN_PHASE_S)
 
 
 def _attainment_bound(instance: Instance, time_limit_s: float, progress: Progress,

@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from llmopt.data.instance import Instance
+from llmopt.deadline import Deadline
 from llmopt.errors import LlmoptError
 from llmopt.policies.replay import replay_result
 from llmopt.problems.api import solve
@@ -27,6 +28,7 @@ from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.replayed import replay_plan, replayed_g
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
 from llmopt.progress import SILENT, Progress
+from llmopt.report.compare import MIN_PHASE_S
 from llmopt.report.units import time_column
 from llmopt.result import Result
 from llmopt.schedule import Schedule
@@ -74,7 +76,8 @@ def compare_priority(instance: Instance, policies: list[str], time_limit_s: floa
                      progress: Progress = SILENT, optimize: bool = True) -> PriorityComparison:
     """Replay ``policies``; with ``optimize``, also solve ``slo-priority`` (CP-SAT from SA's
     plan) and serve its plan. The bound is CP-SAT's when it solved, else the closed-form one
-    every solver reports (``simple_bound``)."""
+    every solver reports (``simple_bound``). The replays start only within ``time_limit_s``
+    (the first always runs); the solve gets the time left."""
     rows: list[dict[str, object]] = []
     schedules: dict[str, Schedule] = {}
     results: dict[str, Result] = {}
@@ -83,16 +86,25 @@ def compare_priority(instance: Instance, policies: list[str], time_limit_s: floa
     if not one_instance:
         notes.append(f"no plan and no bound: slo-priority plans one model instance, this "
                      f"system has {instance.system.instances} (system.instances)")
+    deadline = Deadline.after(time_limit_s)
+    skipped: list[str] = []
     for policy in policies:
+        if results and deadline.passed():
+            skipped.append(policy)
+            continue
         progress.stage(f"replay {policy}")
         results[policy], schedules[policy] = replay_result(instance, policy, progress=progress)
         rows.append(_replayed_row(policy, schedules[policy], instance))
+    if skipped:
+        notes.append(f"not replayed: {', '.join(skipped)} (the {time_limit_s:g} s time limit "
+                     "was up; a longer --time-limit replays them)")
     bound: float | None = None
     proof = ""
     if optimize and one_instance:
         progress.stage("slo-priority (CP-SAT from SA's plan)")
         try:
-            plan = solve(instance, "slo-priority", "cpsat", time_limit_s, progress)
+            plan = solve(instance, "slo-priority", "cpsat",
+                         max(deadline.left(), MIN_PHASE_S), progress)
         except LlmoptError as exc:
             notes.append(f"slo-priority not solved: {exc}")
         else:

@@ -87,13 +87,16 @@ def infermax_family_bounds(instance: Instance, time_limit_s: float | None = 60.0
                            progress: Progress = SILENT,
                            solver_bounds: bool = True) -> list[Bound]:
     """The work bound, and (with ``solver_bounds``, up to ``CSP_MAX_REQUESTS`` requests on one
-    replica) the CSP's proven bound within the time limit."""
+    replica) the CSP's proven bound within the time limit. A stop signal raises
+    KeyboardInterrupt."""
     bounds = infermax_bounds(instance)
     if (solver_bounds and instance.num_requests <= CSP_MAX_REQUESTS
             and instance.system.instances == 1
             and instance.system.clients >= instance.num_requests):
         progress.stage("the InferMax CSP's bound (section 5)")
         result = solve_csp(instance, "auto", min(time_limit_s or 30.0, 30.0), progress)
+        if result.interrupted:
+            raise KeyboardInterrupt
         if result.bound is not None:
             bounds.append(Bound(
                 name="infermax_csp", value_ms=round(result.bound, 6),

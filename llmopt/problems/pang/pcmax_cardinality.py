@@ -92,7 +92,7 @@ def fits(weights: Sequence[int] | np.ndarray, machines: int, capacity: int,
             model.add_element(held, table, least)
             model.add(sum(loads[:r]) >= least)
     solver = cpsat_backend.subsolver(left, workers)
-    status = solver.solve(model)
+    status = cpsat_backend.solve_stoppable(solver, model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assign = np.empty(n, dtype=np.int64)
         assign[order] = [next(j for j, v in enumerate(row) if solver.value(v)) for row in x]
