@@ -54,6 +54,8 @@ def compare(
     comparison = run_compare(inst, names, limit, shown, optimize=optimize)
     shown.done()
     write_comparison(inst, out_dir, render(comparison, inst))
+    if comparison.interrupted:
+        raise typer.Exit(130)  # written with the exact solve's incumbent, as solve does
 
 
 def write_comparison(inst: Instance, out_dir: Path, rendered: Rendered) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from llmopt.data.instance import Instance
+from llmopt.deadline import Deadline
 from llmopt.errors import LlmoptError, OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.policies.registry import POLICIES, Engine, check_family
@@ -50,6 +51,8 @@ ATTAINMENT_MODULE = "llmopt.problems.workflows.attainment"  # CP-SAT: loaded whe
 PLAN = "slo-priority plan"
 PLAN_REPLAYED = "slo-priority plan, replayed"
 BY_MODEL = "eqs 14–17"  # a row scored by the predictor, the only kind the bound holds for
+BOUNDS_SHARE = 0.4  # of the time left after the replays, for the bounds when a solve follows
+MIN_PHASE_S = 0.05  # a bound or a solve gets at least this, even once the time is up
 
 
 def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
@@ -78,6 +81,7 @@ class Comparison:
     time_model: str  # the replays' time model: only bounds valid under it measure gaps
     notes: list[str] = field(default_factory=list)
     attainment_bound: AttainmentBound | None = None
+    interrupted: bool = False  # a stop signal ended the exact solve: its incumbent is shown
 
     @property
     def best_bound(self) -> Bound | None:
@@ -90,20 +94,29 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     """Replay ``policies`` beside the lower bounds of the instance's family; with
     ``optimize``, also the family's exact problem under the replays' time model (a row of its
     own, e.g. ``pd-competition`` with the replay time model, or ``infermax-csp`` on small
-    instances) and the solver-based bounds."""
+    instances) and the solver-based bounds.
+
+    Everything shares ``time_limit_s``: the replays come first, one at a time, each starting
+    only within the limit (the first always runs; a note names those skipped); the bounds get
+    ``BOUNDS_SHARE`` of the time left when a solve follows, the exact problem half of the rest
+    when the attainment bound follows it, and the attainment bound the rest. A bound or solve
+    whose time is up gets ``MIN_PHASE_S``: the closed-form bounds and the heuristics."""
     family = family_of(instance)
-    bounds = family_bounds(instance, time_limit_s, progress, solver_bounds=optimize)
-    results: dict[str, Result] = {}
-    for policy in policies:
-        progress.stage(f"replay {policy}")
-        results[policy], _ = replay_result(instance, policy, progress=progress)
+    deadline = Deadline.after(time_limit_s)
     small = (family.exact_max_requests is None
              or instance.num_requests <= family.exact_max_requests)
+    solve_exact = optimize and small
+    attain = optimize and instance.has_slos
+    results: dict[str, Result] = {}
     notes: list[str] = []
-    if optimize and small:
+    notes += _replayed(instance, policies, deadline, time_limit_s, progress, results)
+    bounds = family_bounds(instance, _seconds(deadline.share(
+        BOUNDS_SHARE if solve_exact or attain else 1.0)), progress, solver_bounds=optimize)
+    if solve_exact:
         progress.stage(f"{family.exact} under the replays' time model")
         try:
-            results[family.exact] = solve(instance, family.exact, None, time_limit_s,
+            results[family.exact] = solve(instance, family.exact, None,
+                                          _seconds(deadline.share(0.5 if attain else 1.0)),
                                           progress, **family.exact_options)
         except LlmoptError as exc:
             notes.append(f"{family.exact} not solved: {exc}")
@@ -127,10 +140,38 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
             **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
             **{k: m.get(k) for k in LATENCY_METRICS},
         })
-    attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
-        if optimize and instance.has_slos else None
+    interrupted = exact is not None and exact.interrupted
+    if interrupted:
+        notes.append(f"{family.exact} interrupted: its best schedule so far is shown")
+    attainment = _attainment_bound(instance, _seconds(deadline), progress, notes) \
+        if attain and not interrupted else None
     return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes,
-                      attainment)
+                      attainment, interrupted)
+
+
+def _replayed(instance: Instance, policies: list[str], deadline: Deadline, time_limit_s: float,
+              progress: Progress, results: dict[str, Result],
+              schedules: dict[str, Schedule] | None = None) -> list[str]:
+    """Replay ``policies`` into ``results`` (and ``schedules``), one at a time, each starting
+    only before ``deadline`` (the first always runs); the note naming those skipped."""
+    skipped: list[str] = []
+    for policy in policies:
+        if results and deadline.passed():
+            skipped.append(policy)
+            continue
+        progress.stage(f"replay {policy}")
+        results[policy], schedule = replay_result(instance, policy, progress=progress)
+        if schedules is not None:
+            schedules[policy] = schedule
+    if not skipped:
+        return []
+    return [f"not replayed: {', '.join(skipped)} (the {time_limit_s:g} s time limit was up; "
+            "a longer --time-limit replays them)"]
+
+
+def _seconds(deadline: Deadline) -> float:
+    """The time left to a phase, at least ``MIN_PHASE_S``."""
+    return max(deadline.left(), MIN_PHASE_S)
 
 
 def _attainment_bound(instance: Instance, time_limit_s: float, progress: Progress,
@@ -161,13 +202,15 @@ class PriorityComparison:
     schedules: dict[str, Schedule]
     results: dict[str, Result]
     notes: list[str] = field(default_factory=list)
+    interrupted: bool = False  # (a stop signal ends the compare as an error here)
 
 
 def by_g(instance: Instance, policies: list[str], time_limit_s: float,
          progress: Progress = SILENT, optimize: bool = True) -> PriorityComparison:
     """Replay ``policies``; with ``optimize``, also solve ``slo-priority`` (CP-SAT from SA's
     plan) and serve its plan. The bound is CP-SAT's when it solved, else the closed-form one
-    every solver reports (``simple_bound``)."""
+    every solver reports (``simple_bound``). The replays start only within ``time_limit_s``
+    (the first always runs); the solve gets the time left."""
     rows: list[dict[str, object]] = []
     schedules: dict[str, Schedule] = {}
     results: dict[str, Result] = {}
@@ -176,16 +219,17 @@ def by_g(instance: Instance, policies: list[str], time_limit_s: float,
     if not one_instance:
         notes.append(f"no plan and no bound: slo-priority plans one model instance, this "
                      f"system has {instance.system.instances} (system.instances)")
-    for policy in policies:
-        progress.stage(f"replay {policy}")
-        results[policy], schedules[policy] = replay_result(instance, policy, progress=progress)
-        rows.append(_replayed_row(policy, schedules[policy], instance))
+    deadline = Deadline.after(time_limit_s)
+    replay_notes = _replayed(instance, policies, deadline, time_limit_s, progress, results,
+                             schedules)
+    rows += [_replayed_row(policy, schedules[policy], instance) for policy in schedules]
+    notes += replay_notes
     bound: float | None = None
     proof = ""
     if optimize and one_instance:
         progress.stage("slo-priority (CP-SAT from SA's plan)")
         try:
-            plan = solve(instance, "slo-priority", "cpsat", time_limit_s, progress)
+            plan = solve(instance, "slo-priority", "cpsat", _seconds(deadline), progress)
         except LlmoptError as exc:
             notes.append(f"slo-priority not solved: {exc}")
         else:
@@ -225,6 +269,7 @@ class LadderComparison:
 
     table: pd.DataFrame
     instances: int
+    interrupted: bool = False
 
 
 def by_section5(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
