@@ -139,7 +139,7 @@ def worst_heuristic_plan(inst, sol):
     """A PD file whose schedule is the worst heuristic plan's (stage model), relabelled
     optimal; plan, totals and metrics made consistent with it."""
     problem = PDProblem.from_instance(inst)
-    plans = heuristic_plans(inst, problem, "stage", 1.0, simulation=ENGINE)
+    plans = heuristic_plans(inst, problem, "stage", grid_time_s=1.0, simulation=ENGINE).plans
     total, plan = plans[-1]
     assert total > sol["objective"] + 1
     schedule = stage_schedule(problem, plan)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,13 +43,53 @@ def interrupted_before_the_solver(solver_version: str, phase: str) -> Outcome:
                    message=f"interrupted during {phase}: the best heuristic schedule is kept")
 
 
+def answer_reserve_s(limit: float) -> float:
+    """Seconds kept back from a solver for reading and replaying its answer and writing it: a
+    tenth of the time limit, 0.5–5 s (none without a limit)."""
+    return min(max(0.1 * limit, 0.5), 5.0) if math.isfinite(limit) else 0.0
+
+
 def time_left(deadline: float, limit: float) -> float | None:
-    """Seconds a solver may still use, keeping back what loading its model and reading and
-    replaying its answer take (a tenth of the time limit, 0.5–5 s); None when the model was
-    built too late (the solver is then not run)."""
-    reserve = min(max(0.1 * limit, 0.5), 5.0) if math.isfinite(limit) else 0.0
-    left = deadline - reserve - time.perf_counter()
+    """Seconds a solver may still use, keeping back ``answer_reserve_s``; None when the model
+    was built too late (the solver is then not run)."""
+    left = deadline - answer_reserve_s(limit) - time.perf_counter()
     return left if left > 0.05 else None
+
+
+class OutOfTime(Exception):
+    """Building or loading a model passed its deadline: the solver is not run."""
+
+
+class BuildClock:
+    """The deadline of a model's building, checked while a Pyomo component is built (every
+    ``every`` calls of its rule) and between components or loops (:meth:`check`)."""
+
+    def __init__(self, deadline: float, every: int = 256) -> None:
+        self.deadline, self.every, self.late, self._calls = deadline, every, False, 0
+
+    def rule(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """``rule``, or once the deadline has passed ``Constraint.Skip`` for every index left
+        (an exception inside Pyomo's construction would be logged as an error): call
+        :meth:`check` after the component."""
+        if math.isinf(self.deadline):
+            return rule
+        from pyomo.core import Constraint  # a Pyomo model is being built: Pyomo is loaded
+
+        def checked(*args: Any) -> Any:
+            self._calls += 1
+            if self.late or (self._calls % self.every == 0
+                             and time.perf_counter() > self.deadline):
+                self.late = True
+                return Constraint.Skip
+            return rule(*args)
+
+        return checked
+
+    def check(self) -> None:
+        """Raise :class:`OutOfTime` if the deadline has passed."""
+        if self.late or time.perf_counter() > self.deadline:
+            self.late = True
+            raise OutOfTime
 
 
 def out_of_time_while_building(solver_version: str) -> Outcome:
@@ -96,3 +137,7 @@ class Footprint:
         return model_too_large(self.base_mb + self.mb_per_unit * units, what, advice,
                                solver_version, build_s=self.s_per_unit * units,
                                deadline=deadline)
+
+    def fits(self, units: int, deadline: float) -> bool:
+        """Whether a model of ``units`` units fits in memory and can be built by ``deadline``."""
+        return self.too_large(units, "", "", "", deadline) is None

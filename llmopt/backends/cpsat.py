@@ -42,12 +42,25 @@ class _Reporter(cp_model.CpSolverSolutionCallback):
 def subsolver(max_time_s: float, workers: int) -> cp_model.CpSolver:
     """A CP-SAT solver for short sub-solves inside a Python loop (a search's window, a decision
     at one makespan). It leaves SIGINT to Python: Ctrl-C raises KeyboardInterrupt once the
-    sub-solve returns, and the loop's caller keeps its incumbent."""
+    sub-solve returns (at once under the CLI's watcher, with ``solve_stoppable``), and the
+    loop's caller keeps its incumbent."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max_time_s
     solver.parameters.num_workers = workers
     solver.parameters.catch_sigint_signal = False
     return solver
+
+
+def solve_stoppable(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+    """``solver.solve(model)`` for a sub-solve (``subsolver``): where the CLI's watcher runs,
+    Ctrl-C (or SIGTERM) stops the search at once instead of at its time limit; either way the
+    stop raises KeyboardInterrupt once the sub-solve returns."""
+    stopped = threading.Event()
+    with sigint_stops(solver.stop_search, stopped):
+        status = solver.solve(model)
+    if stopped.is_set():
+        raise KeyboardInterrupt
+    return status
 
 
 def solve_cpsat(
@@ -87,9 +100,12 @@ def solve_cpsat(
     bound = solver.best_objective_bound if ending != "error" else None
     if ending == "infeasible":
         bound = None
-    # CP-SAT stops short of proof only at the time limit or on Ctrl-C (SIGINT).
-    stopped_early = time_limit_s is None or runtime < 0.98 * time_limit_s
-    interrupted = (ending in ("feasible", "no_solution") and stopped_early) or stopped.is_set()
+    if ours:  # the watcher saw the signal
+        interrupted = stopped.is_set()
+    else:  # CP-SAT caught it: it stops short of proof only then or at the time limit (though
+        # under load it may end its presolve, out of time, a little before the limit)
+        stopped_early = time_limit_s is None or runtime < 0.98 * time_limit_s
+        interrupted = ending in ("feasible", "no_solution") and stopped_early
     return Outcome(
         ending=ending,
         objective=objective,

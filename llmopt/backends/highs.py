@@ -14,7 +14,9 @@ import pyomo.environ as pyo
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
 from pyomo.contrib.solver.solvers.highs import Highs
 
-from llmopt.backends.common import Ending, Outcome, solution_or_none
+from llmopt.backends.common import Ending, Outcome, OutOfTime, solution_or_none
+from llmopt.backends.highspy_run import _stop_lp_on
+from llmopt.backends.highspy_run import run_interruptible as run_interruptible  # re-exported
 from llmopt.progress import SILENT, Progress
 from llmopt.signals import sigint_sets
 
@@ -62,17 +64,25 @@ def solve_highs(
     scale: float = 1.0,
     unit: str = "",
     options: Mapping[str, Any] | None = None,
+    deadline: float = math.inf,
 ) -> Outcome:
     """Solve a Pyomo MIP with HiGHS, keeping the incumbent on time limit or Ctrl-C.
 
     ``warm_start`` maps Pyomo variables to values of a feasible solution, passed to HiGHS as its
-    starting incumbent. ``collect(value_of)`` reads the incumbent (``value_of(var)``).
+    starting incumbent. ``collect(value_of)`` reads the incumbent (``value_of(var)``). With a
+    ``deadline`` (perf_counter seconds), the time limit is at most what is left of it once the
+    model is loaded into HiGHS, and ``OutOfTime`` is raised when nothing is left.
     """
     opt = Highs()
     opt.set_instance(model)
     h = opt._solver_model  # the highspy.Highs object Pyomo built; public API gives no handle
     if warm_start:
         _set_start(opt, h, warm_start)
+    if math.isfinite(deadline):
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            raise OutOfTime
+        time_limit_s = left if time_limit_s is None else min(time_limit_s, left)
     last = [0.0]
     stop = threading.Event()
 
@@ -92,6 +102,7 @@ def solve_highs(
 
     h.cbMipInterrupt.subscribe(report)
     h.cbMipImprovingSolution.subscribe(report)
+    _stop_lp_on(h, stop)
     solver_options = {"mip_rel_gap": mip_rel_gap, "mip_abs_gap": mip_abs_gap}
     solver_options.update(options or {})
     t0 = time.perf_counter()

@@ -55,8 +55,9 @@ def compare(
     shown.done()
     write_comparison(inst, out_dir, render(comparison, inst))
     ceilings = getattr(comparison, "ceilings", None)
-    if ceilings is not None and ceilings.signalled:
-        raise typer.Exit(130)  # written with the ceiling's best bound so far
+    if comparison.interrupted or (ceilings is not None and ceilings.signalled):
+        raise typer.Exit(130)  # written with the exact solve's incumbent, as solve does, or
+        #                        with the ceiling's best bound so far
 
 
 def write_comparison(inst: Instance, out_dir: Path, rendered: Rendered) -> None:

@@ -236,7 +236,7 @@ def run_cpsat(md, time_limit_s: float, workers: int, collect=None,
         solver.parameters.log_to_stdout = False
         solver.log_callback = progress.log
     t0 = time.perf_counter()
-    status = solver.solve(md)
+    status = cpsat_backend.solve_stoppable(solver, md)
     ending = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
               cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "no_solution"}.get(
                   status, "error")

@@ -89,7 +89,7 @@ def infermax_family_bounds(instance: Instance, time_limit_s: float | None = 60.0
                            simulation: Simulation) -> list[Bound]:
     """The work bound, and (with ``solver_bounds``, up to ``CSP_MAX_REQUESTS`` requests on one
     replica) the CSP's proven bound within the time limit (``simulation`` replays its
-    heuristics and plan)."""
+    heuristics and plan). A stop signal raises KeyboardInterrupt."""
     bounds = infermax_bounds(instance)
     if (solver_bounds and instance.num_requests <= CSP_MAX_REQUESTS
             and instance.system.instances == 1
@@ -97,6 +97,8 @@ def infermax_family_bounds(instance: Instance, time_limit_s: float | None = 60.0
         progress.stage("the InferMax CSP's bound (section 5)")
         result = solve_csp(instance, "auto", min(time_limit_s or 30.0, 30.0), progress,
                            simulation=simulation)
+        if result.interrupted:
+            raise KeyboardInterrupt
         if result.bound is not None:
             bounds.append(Bound(
                 name="infermax_csp", value_ms=round(result.bound, 6),

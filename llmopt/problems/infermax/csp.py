@@ -57,12 +57,15 @@ from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import (
     Footprint,
     Outcome,
+    OutOfTime,
+    answer_reserve_s,
     interrupted_before_the_solver,
     out_of_time_while_building,
     time_left,
 )
 from llmopt.backends.versions import version_of
 from llmopt.data.instance import Instance
+from llmopt.deadline import NONE, Deadline
 from llmopt.errors import InstanceError, InternalError, OptionError, SolutionFileError
 from llmopt.problems.base import Simulation
 from llmopt.problems.infermax import mip as infermax_mip
@@ -80,6 +83,7 @@ if TYPE_CHECKING:
     from ortools.sat.python.cp_model import CpModel, IntVar, LinearExpr
 
 SOLVERS = ("auto", "cpsat", "highs")
+HEURISTIC_SHARE = 0.3  # of the time limit, for the replays of the heuristic phase
 # memory (MB) and building time (s) per (request, batch) pair, building and loading into the
 # solver, measured on the Azure sample (CP-SAT: 10 requests × 848 batches, 840 MB; HiGHS: 2 ms
 # and 90 KB per pair to build the Pyomo model, about as much again to load it)
@@ -304,12 +308,15 @@ def _hint(md: CpModel, data: CSPData, plan: list[dict[str, Any]], N: int, var: d
 
 # --------------------------------------------------------------------- solve
 
-def heuristic_schedules(instance: Instance, simulation: Simulation
+def heuristic_schedules(instance: Instance, simulation: Simulation, deadline: Deadline = NONE
                         ) -> list[tuple[float, str, Any]]:
     """(makespan, policy, schedule) of every policy of the replay engine that starts the CSP
-    (``PolicyInfo.incumbent_for``: those that respect M), best first."""
-    out = []
+    (``PolicyInfo.incumbent_for``: those that respect M), best first; a replay starts only
+    before ``deadline`` once one schedule is found."""
+    out: list[tuple[float, str, Any]] = []
     for name, replayed in simulation.heuristics(instance, "infermax-csp"):
+        if out and deadline.passed():
+            continue
         try:
             sched = replayed()
         except InstanceError:
@@ -349,8 +356,10 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     core); ``simulation`` replays the heuristics and the plan (``llmopt.solve`` gives it)."""
     t0 = time.perf_counter()
     data = CSPData.from_instance(instance)
+    limit = time_limit_s if time_limit_s is not None else math.inf
     progress.stage("heuristic schedules (the replay engine's schedulers)")
-    heur = heuristic_schedules(instance, simulation)
+    heur = heuristic_schedules(instance, simulation,
+                               Deadline.after(time_limit_s).share(HEURISTIC_SHARE))
     best_ms, best_name, best_sched = heur[0]
     best_plan = batches_from_schedule(data.ids, best_sched)
     progress.incumbent(best_ms, None, " ms")
@@ -358,7 +367,6 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     if bins is not None and bins < 1:
         raise OptionError("must be at least 1", field="--bins", value=bins)
     N = bins or max(len(best_plan), min(n_max, 3 * len(best_plan)))
-    limit = time_limit_s if time_limit_s is not None else math.inf
     backend = "highs" if solver == "highs" else "cpsat"
     try:  # an incumbent exists: Ctrl-C keeps it
         out, bound_ms = _solve_model(data, N, n_max, best_plan, best_ms, backend, t0 + limit,
@@ -428,11 +436,15 @@ def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, An
         remaining = time_left(deadline, limit)
         if remaining is None:
             return out_of_time_while_building(highs_backend.version()), None
-        out = highs_backend.solve_highs(
-            m, time_limit_s=remaining, progress=progress, unit=" ms",
-            warm_start=(infermax_mip.warm_start(m, data, best_plan, N)
-                        if len(best_plan) <= N else None),
-            collect=lambda value: infermax_mip.plan_from_model(m, data, N, value))
+        try:
+            out = highs_backend.solve_highs(
+                m, time_limit_s=remaining, deadline=deadline - answer_reserve_s(limit),
+                progress=progress, unit=" ms",
+                warm_start=(infermax_mip.warm_start(m, data, best_plan, N)
+                            if len(best_plan) <= N else None),
+                collect=lambda value: infermax_mip.plan_from_model(m, data, N, value))
+        except OutOfTime:
+            return out_of_time_while_building(highs_backend.version()), None
         bound_ms = out.bound
     return out, bound_ms
 

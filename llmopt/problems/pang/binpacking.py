@@ -32,6 +32,7 @@ Solvers
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -283,7 +284,8 @@ def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.
     for j in range(k):
         model.add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
     solver = load(f"{CPSAT}:subsolver")(max(min(0.05, deadline - time.perf_counter()), 0.01), 1)
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if load(f"{CPSAT}:solve_stoppable")(solver, model) not in (cp_model.OPTIMAL,
+                                                            cp_model.FEASIBLE):
         return None
     return np.array([next(j for j, v in enumerate(row) if solver.value(v)) for row in x])
 
@@ -673,18 +675,52 @@ def reproducible_assignment(bp: BinPacking, max_steps: int = REPRODUCIBLE_STEPS
     replays built on the bin packing): LPT improved by local moves to a local optimum; if that
     does not meet the closed-form bounds, bin completion at each makespan from the best bound
     up to the local optimum's, within a budget of search steps shared by all of them (not
-    seconds), and the first packing it finds. Returns it and whether it is proven optimal."""
+    seconds), and the first packing it finds. Returns it and whether it is proven optimal.
+    Computed once per process for the same loads (:func:`reproducible_assignment_by`)."""
+    found = reproducible_assignment_by(bp, math.inf, max_steps)
+    assert found is not None  # no deadline
+    return found
+
+
+_REPRODUCIBLE: dict[tuple[bytes, int, int], tuple[np.ndarray, bool]] = {}
+_REPRODUCIBLE_KEPT = 8  # loads remembered (offline and hybrid, and compare's replays, share one)
+
+
+def reproducible_assignment_by(bp: BinPacking, deadline: float,
+                               max_steps: int = REPRODUCIBLE_STEPS
+                               ) -> tuple[np.ndarray, bool] | None:
+    """:func:`reproducible_assignment` if it is known or can be finished by ``deadline``
+    (perf_counter seconds); None when the deadline cut it (the search's step budget, not
+    time, decides what it returns, so a cut one is not that assignment)."""
+    key = (np.ascontiguousarray(bp.weights, dtype=np.int64).tobytes(), bp.bins, max_steps)
+    if key not in _REPRODUCIBLE:
+        found = _reproducible(bp, max_steps, deadline)
+        if found is None:
+            return None
+        while len(_REPRODUCIBLE) >= _REPRODUCIBLE_KEPT:
+            del _REPRODUCIBLE[next(iter(_REPRODUCIBLE))]
+        _REPRODUCIBLE[key] = found
+    assign, proven = _REPRODUCIBLE[key]
+    return assign.copy(), proven
+
+
+def _reproducible(bp: BinPacking, max_steps: int, deadline: float
+                  ) -> tuple[np.ndarray, bool] | None:
     assign = lpt(bp.weights, bp.bins)
     w = pcmax_bounds.sorted_weights(bp.weights)
     lower, _, _ = pcmax_bounds.best_bound(w, bp.bins, pcmax_bounds.CHEAP)
-    improve(bp.weights, bp.bins, assign, lower, float("inf"))
+    improve(bp.weights, bp.bins, assign, lower, deadline)
+    if time.perf_counter() > deadline:
+        return None
     upper = int(bp.loads(assign).max())
     if upper > lower:
         names = pcmax_bounds.STRONG if bp.n <= STRONG_MAX_JOBS else ("mt_l2",)
         lower = max(lower, pcmax_bounds.best_bound(w, bp.bins, names, stop_at=upper)[0])
     left = max_steps
     for makespan in range(lower, upper):
-        decision = pcmax_search.fits(bp.weights, bp.bins, makespan, float("inf"), left)
+        decision = pcmax_search.fits(bp.weights, bp.bins, makespan, deadline, left)
+        if time.perf_counter() > deadline:
+            return None
         left -= decision.steps
         if decision.status == "feasible" and decision.assign is not None:
             return np.asarray(decision.assign, dtype=np.int64), True

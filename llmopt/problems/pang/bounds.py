@@ -18,6 +18,7 @@ from llmopt.errors import InstanceError
 from llmopt.problems.base import Bound
 from llmopt.problems.pang.binpacking import solve as solve_binpacking
 from llmopt.progress import SILENT, Progress
+from llmopt.result import Result
 
 
 def largest_prefill_level(instance: Instance) -> tuple[int, float]:
@@ -43,22 +44,25 @@ def largest_prefill_level(instance: Instance) -> tuple[int, float]:
 
 
 def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
-                progress: Progress = SILENT) -> list[Bound]:
-    """The eq 31–32 bound, and the same bound with the prefill part valid for every level set."""
+                progress: Progress = SILENT, packing: Result | None = None) -> list[Bound]:
+    """The eq 31–32 bound, and the same bound with the prefill part valid for every level set,
+    from ``packing`` (a result of the bin packing, eqs 26–30) or a bin packing solved within
+    ``time_limit_s``."""
     cap, t_level = largest_prefill_level(instance)
     profile: PangLinearProfile = instance.profile  # type: ignore[assignment]
     total_input = int(instance.input_tokens.sum())
     stages = -(-total_input // cap)
     t_p = t_level * stages
 
-    progress.stage("t_d: offline bin packing (eqs 26–30)")
-    bp = solve_binpacking(instance, "auto", time_limit_s, progress)
-    t_d = bp.bound if bp.bound is not None else 0.0
-    t_d_note = ("bin-packing optimum" if bp.status == "optimal"
-                else f"bin-packing lower bound (status {bp.status}, optimum not proven)")
+    if packing is None:
+        progress.stage("t_d: offline bin packing (eqs 26–30)")
+        packing = solve_binpacking(instance, "auto", time_limit_s, progress)
+    t_d = packing.bound if packing.bound is not None else 0.0
+    t_d_note = ("bin-packing optimum" if packing.status == "optimal"
+                else f"bin-packing lower bound (status {packing.status}, optimum not proven)")
     detail = {"total_input_tokens": total_input, "largest_level_tokens": cap,
               "largest_level_ms": t_level, "prefill_stages": stages,
-              "t_round_ms": bp.data.get("t_round_ms"), "t_d_status": bp.status,
+              "t_round_ms": packing.data.get("t_round_ms"), "t_d_status": packing.status,
               "t_d_source": t_d_note}
     eq32 = Bound(
         name="pang_eq32",
@@ -90,7 +94,8 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
         parts={"t_p": round(t_p_any_level, 6), "t_d": t_d},
         detail=detail,
     )
-    return [eq32, levels, replay_rounds_bound(instance, bp.bound or 0.0, bp.data["t_round_ms"])]
+    return [eq32, levels, replay_rounds_bound(instance, packing.bound or 0.0,
+                                              packing.data["t_round_ms"])]
 
 
 def replay_rounds_bound(instance: Instance, t_d_ms: float, t_round_ms: float) -> Bound:
@@ -123,7 +128,9 @@ def replay_rounds_bound(instance: Instance, t_d_ms: float, t_round_ms: float) ->
     )
 
 
-def pd_bounds(instance: Instance, time_model: str, time_limit_s: float = 30.0) -> list[Bound]:
-    # the closed-form bounds only; pd_solver_bounds adds the solver-based ones
-    """The bounds that hold under ``time_model`` ("stage" or "replay") for every schedule."""
-    return [b for b in pang_bounds(instance, time_limit_s) if b.time_model == time_model]
+def pd_bounds(instance: Instance, time_model: str, time_limit_s: float = 30.0,
+              packing: Result | None = None) -> list[Bound]:
+    """The closed-form bounds that hold under ``time_model`` ("stage" or "replay") for every
+    schedule (``pang_bounds``; ``pd_solver_bounds`` adds the solver-based ones)."""
+    return [b for b in pang_bounds(instance, time_limit_s, packing=packing)
+            if b.time_model == time_model]

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
+from llmopt.backends.highspy_run import run_interruptible
+
 MAX_ARCS = 100_000  # above, the model is not built (bin completion alone decides)
 
 
@@ -144,7 +146,7 @@ def fits(weights: Sequence[int] | np.ndarray, machines: int, capacity: int,
     h.setOptionValue("threads", 1)
     h.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.01))
     h.passModel(lp)
-    h.run()
+    run_interruptible(h)
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
         return ArcFlowDecision("infeasible", None, n_arcs)

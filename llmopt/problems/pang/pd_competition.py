@@ -5,7 +5,8 @@
 
 1. Heuristic plans: every PD-competition policy of the replay engine is replayed and turned
    into a plan (``pd_plan``), and grid plans are built (``pd_grid``); the best under the chosen
-   time model is the incumbent.
+   time model is the incumbent. Under time pressure the replays stop at their share of the
+   limit (the first always runs), and a stop signal keeps the plans found so far.
 2. The chosen formulation is solved from that incumbent: ``original`` (eqs 1–25 in Pyomo,
    HiGHS, warm-started) or ``compact`` (``pd_compact``; CP-SAT by default, or HiGHS). With
    ``--solver auto`` on instances too large for the full compact model (more than
@@ -27,7 +28,9 @@ reported ``feasible`` with that proof in its notes.
 from __future__ import annotations
 
 import math
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,12 +39,15 @@ from llmopt.backends import cpsat as cpsat_backend
 from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import (
     Outcome,
+    OutOfTime,
+    answer_reserve_s,
     interrupted_before_the_solver,
     out_of_time_while_building,
     time_left,
 )
 from llmopt.backends.versions import version_of
 from llmopt.data.instance import Instance
+from llmopt.deadline import NONE, Deadline
 from llmopt.errors import InternalError, OptionError
 from llmopt.problems.base import Simulation
 from llmopt.problems.pang import binpacking, pd_compact, pd_lns, pd_original
@@ -56,36 +62,116 @@ from llmopt.problems.pang.pd_plan import (
 )
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
+from llmopt.signals import sigint_sets
 from llmopt.version import __version__
 
 SOLVERS = ("auto", "highs", "cpsat")
 FULL_MODEL_LIMIT = 20_000
 FORMULATIONS = ("original", "compact")
+PACKING_POLICIES = ("offline", "hybrid")  # replay the bin packing's assignment: replayed last
+HEURISTIC_SHARE = 0.3  # of the time limit, for the replays of the heuristic phase
+PACKING_SHARE = 0.5    # of the time left after them, for the bin packing (at most 30 s)
+
+
+@dataclass
+class Replayed:
+    """The plans of the PD-competition policies' replays, by policy; the policies the time
+    left no room for; whether a stop signal (Ctrl-C, SIGTERM) ended the replays; the policies
+    in the registry's order (the order of ties)."""
+
+    plans: dict[str, Plan]
+    skipped: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    order: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Heuristics:
+    """(total under the time model, plan) of every heuristic plan found, best first; what was
+    skipped for want of time; whether a stop signal ended the phase."""
+
+    plans: list[tuple[float, Plan]]
+    skipped: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def best(self) -> tuple[float, Plan]:
+        return self.plans[0]
+
+    def note(self) -> str | None:
+        """What a result says of a phase cut short."""
+        if self.interrupted:
+            return "interrupted during the heuristic plans: the best found so far is kept"
+        if self.skipped:
+            return (f"time limit: the heuristic phase skipped {', '.join(self.skipped)} (a "
+                    "longer --time-limit runs them)")
+        return None
+
+
+def replayed_plans(instance: Instance, problem: PDProblem, deadline: Deadline = NONE, *,
+                   simulation: Simulation) -> Replayed:
+    """The plans of the replays of the PD-competition policies (those the registry lists for
+    this problem, replayed by ``simulation``), one replay at a time, the cheap ones first and
+    then, if the bin packing they share (``reproducible_assignment``) finishes by
+    ``deadline``, offline and hybrid. A replay starts only before ``deadline`` (the first
+    always runs); a stop signal keeps the plans found so far (re-raised when there are none)."""
+    plans: dict[str, Plan] = {}
+    skipped: list[str] = []
+    runs = dict(simulation.heuristics(instance, "pd-competition"))
+    order = [p for p in runs if p not in PACKING_POLICIES] + [p for p in runs
+                                                               if p in PACKING_POLICIES]
+    try:
+        for policy in order:
+            if plans and (deadline.passed() or (
+                    policy in PACKING_POLICIES and binpacking.reproducible_assignment_by(
+                        binpacking.BinPacking.from_instance(instance), deadline.at) is None)):
+                skipped.append(policy)
+                continue
+            plans[policy] = plan_from_schedule(problem, runs[policy]())
+    except KeyboardInterrupt:
+        if not plans:
+            raise
+        return Replayed(plans, [p for p in order if p not in plans], interrupted=True,
+                        order=list(runs))
+    return Replayed(plans, skipped, order=list(runs))
 
 
 def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
-                    grid_time_s: float = 10.0, *, simulation: Simulation
-                    ) -> list[tuple[float, Plan]]:
-    """(total under ``model``, plan) for every PD-competition policy (those the registry lists
-    for this problem, replayed by ``simulation``) and the best grid plan, best first."""
-    plans = []
-    for _, replayed in simulation.heuristics(instance, "pd-competition"):
-        plan = plan_from_schedule(problem, replayed())
-        plans.append((plan.total_ms(problem, model), plan))
-    grid = best_grid_plan(problem, model, grid_time_s)
-    if grid is not None:
-        plans.append(grid)
-    return sorted(plans, key=lambda tp: tp[0])
+                    deadline: Deadline = NONE, *, grid_time_s: float = 10.0,
+                    replayed: Replayed | None = None,
+                    simulation: Simulation | None = None) -> Heuristics:
+    """Every PD-competition policy's plan (``replayed_plans`` by ``deadline`` with
+    ``simulation``, unless given) and the best grid plan (within ``grid_time_s``), ranked by
+    their total under ``model`` (ties in the registry's order of the policies, the grid
+    last)."""
+    if replayed is None:
+        if simulation is None:
+            raise InternalError("heuristic_plans needs the replays or the simulation")
+        replayed = replayed_plans(instance, problem, deadline, simulation=simulation)
+    plans = [(plan.total_ms(problem, model), plan) for policy, plan in
+             sorted(replayed.plans.items(), key=lambda kv: replayed.order.index(kv[0]))]
+    interrupted = replayed.interrupted
+    if not interrupted:
+        try:
+            grid = best_grid_plan(problem, model, grid_time_s)
+        except KeyboardInterrupt:
+            grid, interrupted = None, True
+        if grid is not None:
+            plans.append(grid)
+    return Heuristics(sorted(plans, key=lambda tp: tp[0]), list(replayed.skipped), interrupted)
 
 
-def decode_lower_bound(instance: Instance, time_limit_s: float) -> int:
+def decode_packing(instance: Instance, deadline: Deadline, progress: Progress = SILENT
+                   ) -> Result:
+    """The bin packing of eqs 26–30 by ``deadline`` (at most 30 s; an expired deadline gives
+    LPT and the closed-form bound at once): its proven bound is the decode lower bound."""
+    return binpacking.solve(instance, "auto", min(deadline.left(), 30.0), progress)
+
+
+def decode_lower_bound(packing: Result) -> int:
     """The bin-packing optimum (or its proven bound) in tokens: no schedule's decode axis is
     shorter, since each client's requests occupy disjoint intervals of it."""
-    bp = binpacking.BinPacking.from_instance(instance)
-    res = binpacking.solve(instance, "auto", min(time_limit_s, 30.0))
-    if res.interrupted:
-        raise KeyboardInterrupt
-    return round((res.bound or 0) / bp.ms_per_unit)
+    return round((packing.bound or 0) / packing.data["t_round_ms"])
 
 
 def max_useful_bins(problem: PDProblem, model: str, upper_ms: float, d_lb: int) -> int:
@@ -101,9 +187,14 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
           literal: bool = False, time_model: str = "stage", cuts: bool = True, *,
           simulation: Simulation) -> Result:
     """``simulation`` replays the paper's policies for the incumbent and follows the final
-    plan (``llmopt.solve`` gives it)."""
+    plan (``llmopt.solve`` gives it). The phases share the time limit: the heuristic replays
+    a ``HEURISTIC_SHARE`` of it (the grid plans their own fifth, at most 10 s), the bin packing
+    half of what is left (at most 30 s), the model the rest, less the reserve of ``time_left``
+    for reading and replaying its answer. A stop signal in any phase keeps the best plan found
+    so far."""
     t0 = time.perf_counter()
     limit = time_limit_s if time_limit_s is not None else math.inf
+    deadline = Deadline.after(time_limit_s)
     if formulation not in FORMULATIONS:
         raise OptionError(f"unknown formulation (known: {', '.join(FORMULATIONS)})",
                           field="--formulation", value=formulation)
@@ -117,52 +208,68 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     if formulation == "original" and time_model != "stage":
         raise OptionError("the original MIP is the stage model", field="--time-model",
                           value=time_model)
-    problem = PDProblem.from_instance(instance)
-    progress.stage("heuristic plans (replays of the paper's policies, grid plans)")
-    plans = heuristic_plans(instance, problem, time_model, min(10.0, 0.2 * limit),
-                            simulation=simulation)
-    best_total, best = plans[0]
-    progress.incumbent(best_total, None, " ms")
     if bins is not None and bins < 1:
         raise OptionError("must be at least 1", field="--bins", value=bins)
-    K, k_max = bins or best.prefill_stages(), None
-    try:  # from here on an incumbent exists: Ctrl-C keeps it
-        d_lb = decode_lower_bound(instance, max(limit - (time.perf_counter() - t0), 0.1))
+    problem = PDProblem.from_instance(instance)
+    progress.stage("heuristic plans (replays of the paper's policies, grid plans)")
+    heuristics = heuristic_plans(instance, problem, time_model,
+                                 deadline.share(HEURISTIC_SHARE),
+                                 grid_time_s=min(10.0, 0.2 * limit), simulation=simulation)
+    best_total, best = heuristics.best
+    progress.incumbent(best_total, None, " ms")
+    K, k_max, packing = bins or best.prefill_stages(), None, None
+    stopped = threading.Event()
+    try:  # from here on an incumbent exists: a stop signal keeps it
+        if heuristics.interrupted:
+            raise KeyboardInterrupt
+        packing = decode_packing(instance, deadline.share(PACKING_SHARE))
+        if packing.interrupted:
+            raise KeyboardInterrupt
+        d_lb = decode_lower_bound(packing)
         k_max = max_useful_bins(problem, time_model, best_total, d_lb)
         K = bins or (best.prefill_stages() if formulation == "original" else k_max)
         out = _solve_model(problem, best, best_total, K, d_lb, formulation, backend, solver,
-                           time_model, literal, cuts, t0, limit, progress)
+                           time_model, literal, cuts, deadline.at, limit, progress)
     except KeyboardInterrupt:
-        out = interrupted_before_the_solver(version_of(backend),
-                                            "the bounds or the model building")
-    return _result(instance, problem, out, best_total, best, plans, K, k_max, formulation,
-                   backend, solver, time_model, literal, t0, time_limit_s, simulation)
+        phase = ("the heuristic plans" if heuristics.interrupted
+                 else "the bounds or the model building")
+        out = interrupted_before_the_solver(version_of(backend), phase)
+    with sigint_sets(stopped):  # the answer is assembled whatever signal comes now
+        if packing is None:  # stopped before it: LPT and the closed-form bound, at once
+            packing = decode_packing(instance, Deadline.after(0.0))
+        result = _result(instance, problem, out, heuristics, K, k_max, packing, formulation,
+                         backend, solver, time_model, literal, t0, time_limit_s, simulation)
+    result.interrupted = result.interrupted or stopped.is_set()
+    return result
 
 
 def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb: int,
                  formulation: str, backend: str, solver: str, time_model: str, literal: bool,
-                 cuts: bool, t0: float, limit: float, progress: Progress) -> Outcome:
-    """The chosen formulation on ``K`` bins, warm-started from the best heuristic plan."""
+                 cuts: bool, deadline: float, limit: float, progress: Progress) -> Outcome:
+    """The chosen formulation on ``K`` bins, warm-started from the best heuristic plan, by
+    ``deadline`` (perf_counter seconds; ``limit`` is the whole time limit)."""
     padded = None if best.prefill_stages() > K else _pad(best, K, problem)
     horizon = pd_compact.decode_horizon(problem, best_total, time_model)
-    deadline = t0 + limit
     use_lns = (solver == "auto" and formulation == "compact"
                and problem.n * K > FULL_MODEL_LIMIT)
     progress.stage(f"{formulation} formulation, {backend}, K = {K} bins"
                    + (" (window LNS)" if use_lns else ""))
+    solver_deadline = deadline - answer_reserve_s(limit)  # then reading and replaying
     if use_lns:
-        out = _lns(problem, best, time_model, deadline, progress)
+        out = _lns(problem, best, time_model, solver_deadline, progress)
     elif formulation == "original":
         if (too_large := _original_too_large(problem, K, deadline)) is not None:
             return too_large
-        m = pd_original.build(problem, K, literal=literal, cuts=cuts, decode_lb=d_lb)
-        start = pd_original.warm_start(m, problem, padded) if padded else None
-        remaining = time_left(deadline, limit)
-        if remaining is None:
+        try:
+            m = pd_original.build(problem, K, literal=literal, cuts=cuts, decode_lb=d_lb,
+                                  deadline=solver_deadline)
+            start = pd_original.warm_start(m, problem, padded) if padded else None
+            out = highs_backend.solve_highs(
+                m, time_limit_s=None, deadline=solver_deadline, progress=progress,
+                warm_start=start, unit=" ms",
+                collect=lambda value: pd_original.extract_plan(m, problem, K, value))
+        except OutOfTime:
             return out_of_time_while_building(highs_backend.version())
-        out = highs_backend.solve_highs(
-            m, time_limit_s=remaining, progress=progress, warm_start=start, unit=" ms",
-            collect=lambda value: pd_original.extract_plan(m, problem, K, value))
     elif (too_large := _compact_too_large(problem, K, backend, deadline)) is not None:
         return too_large
     elif backend == "cpsat":
@@ -183,13 +290,13 @@ def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb
             out.message += "; objective coefficients rounded to 1e-6 ms"
     else:
         m = pd_compact.build_highs(problem, K, time_model, horizon=horizon)
-        remaining = time_left(deadline, limit)
-        if remaining is None:
+        try:
+            out = highs_backend.solve_highs(
+                m, time_limit_s=None, deadline=solver_deadline, progress=progress, unit=" ms",
+                collect=lambda value: pd_compact.plan_from_bins(
+                    problem, pd_compact.highs_bins(m, problem, K, value), "compact HiGHS"))
+        except OutOfTime:
             return out_of_time_while_building(highs_backend.version())
-        out = highs_backend.solve_highs(
-            m, time_limit_s=remaining, progress=progress, unit=" ms",
-            collect=lambda value: pd_compact.plan_from_bins(
-                problem, pd_compact.highs_bins(m, problem, K, value), "compact HiGHS"))
     return out
 
 
@@ -224,10 +331,11 @@ def _pad(plan: Plan, K: int, problem: PDProblem) -> Plan:
                 plan.client, plan.source)
 
 
-def _result(instance: Instance, problem: PDProblem, out, best_total: float, best: Plan,
-            plans, K: int, k_max: int | None, formulation: str, backend: str, solver: str,
+def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics, K: int,
+            k_max: int | None, packing: Result, formulation: str, backend: str, solver: str,
             time_model: str, literal: bool, t0: float, time_limit_s: float | None,
             simulation: Simulation) -> Result:
+    best_total, best = heuristics.best
     plan = out.solution if out.solution is not None else best
     total = plan.total_ms(problem, time_model)
     if total > best_total + 1e-6:  # keep the better of the solver's plan and the incumbent
@@ -235,10 +343,12 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
     broken = plan.check(problem)
     if broken:
         raise InternalError(f"the {plan.source} plan breaks a rule of the problem: {broken[0]}")
-    global_bounds = pd_bounds(instance, time_model)
+    global_bounds = pd_bounds(instance, time_model, packing=packing)
     bound = max(b.value_ms for b in global_bounds)
     notes = [f"K = {K} bins; K_max = {k_max if k_max is not None else 'not computed'}",
              f"time model: {time_model}"]
+    if (cut_short := heuristics.note()) is not None:
+        notes.append(cut_short)
     if literal:
         notes.append("literal eq 13 and no w ≤ d link (see docs/formulations.md)")
     proof = None
@@ -270,7 +380,8 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
         "objective_stage_model_ms": round(plan.total_ms(problem, "stage"), 6),
         "objective_replay_ms": round(replayed.makespan_ms, 6),
         "prefill_stages": plan.prefill_stages(), "decode_rounds": plan.decode_end(problem),
-        "heuristics": {p.source.removeprefix("replay "): round(t, 6) for t, p in plans},
+        "heuristics": {p.source.removeprefix("replay "): round(t, 6)
+                       for t, p in heuristics.plans},
         "bounds": {b.name: b.value_ms for b in global_bounds},
         "mode": "pd_competition", "clients": problem.clients,
         "metrics": schedule.metrics(),

@@ -15,7 +15,7 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from llmopt.backends.cpsat import subsolver
+from llmopt.backends.cpsat import solve_stoppable, subsolver
 from llmopt.problems.pang.pd_compact import Weights
 from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 from llmopt.progress import SILENT, Progress
@@ -130,7 +130,7 @@ def improve_plan(problem: PDProblem, plan: Plan, model: str, deadline: float, *,
             hi = min(lo + window, K)
             md, choice, win = _window_model(problem, best, lo, hi, model, kv)
             solver = subsolver(max(0.1, min(window_time_s, deadline - time.perf_counter())), 2)
-            status = solver.solve(md)
+            status = solve_stoppable(solver, md)
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 bin_of = best.bin_of(problem.n)
                 for i, bools in choice.items():

@@ -35,11 +35,13 @@ Conventions fixed here (docs/formulations.md has the reasoning):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.collections import ComponentMap
 
-from llmopt.backends.common import Footprint
+from llmopt.backends.common import BuildClock, Footprint
 from llmopt.problems.pang.pd_plan import PDProblem, Plan, earliest_plan
 
 # measured on hard-100x20 (K = 38: 3.3M variables and constraints, 76 s and 3 GB with HiGHS)
@@ -56,7 +58,11 @@ def estimated_size(problem: PDProblem, bins: int) -> int:
 
 
 def build(problem: PDProblem, bins: int, literal: bool = False, cuts: bool = True,
-          decode_lb: int = 0) -> pyo.ConcreteModel:
+          decode_lb: int = 0, deadline: float = math.inf) -> pyo.ConcreteModel:
+    """Eqs 1–25 (with the conventions of the module doc). Raises ``OutOfTime`` once
+    ``deadline`` (perf_counter seconds) passes, checked inside the largest constraint
+    families."""
+    clock = BuildClock(deadline)
     I, J, K = range(problem.n), range(problem.clients), range(bins)
     L = range(len(problem.levels))
     Np = [int(v) for v in problem.inp]
@@ -88,21 +94,27 @@ def build(problem: PDProblem, bins: int, literal: bool = False, cuts: bool = Tru
     m.c7 = pyo.Constraint(K, rule=lambda m, k: sum(m.y[k, l] for l in L) == 1)
     m.c8 = pyo.Constraint(J, K, rule=lambda m, j, k:
                           m.nd[k] >= Td * sum(Nd[i] * m.w[i, j, k] for i in I))
-    m.c9 = pyo.Constraint(I, J, K, rule=lambda m, i, j, k: m.d[i, j, k] - m.p[i, j, k] >= 0)
+    m.c9 = pyo.Constraint(I, J, K, rule=clock.rule(lambda m, i, j, k:
+                                                   m.d[i, j, k] - m.p[i, j, k] >= 0))
+    clock.check()
     m.c10 = pyo.Constraint(
         [(i, j, k1, k2) for i in I for j in J for k1 in K for k2 in K if k1 < k2],
-        rule=lambda m, i, j, k1, k2: (k2 - k1) * (2 - m.d[i, j, k1] - m.d[i, j, k2])
-        + sum(m.d[i, j, k] for k in range(k1, k2 + 1)) >= k2 - k1 + 1)
+        rule=clock.rule(lambda m, i, j, k1, k2: (k2 - k1) * (2 - m.d[i, j, k1] - m.d[i, j, k2])
+                        + sum(m.d[i, j, k] for k in range(k1, k2 + 1)) >= k2 - k1 + 1))
+    clock.check()
     m.c11 = pyo.Constraint(
         [(i, j, k1, k2) for i in I for j in J for k1 in K for k2 in K if k1 > k2],
-        rule=lambda m, i, j, k1, k2: 1 * (m.p[i, j, k1] - 1) + m.d[i, j, k2] <= 0)
+        rule=clock.rule(lambda m, i, j, k1, k2: 1 * (m.p[i, j, k1] - 1) + m.d[i, j, k2] <= 0))
+    clock.check()
     m.c12 = pyo.Constraint(J, K, rule=lambda m, j, k: sum(m.d[i, j, k] for i in I) <= 1)
     if literal:
         m.c13 = pyo.Constraint(I, J, rule=lambda m, i, j: sum(m.d[i, j, k] for k in K) <= bins)
     else:
         m.c13 = pyo.Constraint(I, J, rule=lambda m, i, j:
                                sum(m.d[i, j, k] for k in K) <= bins * m.x[i, j])
-        m.w_le_d = pyo.Constraint(I, J, K, rule=lambda m, i, j, k: m.w[i, j, k] <= m.d[i, j, k])
+        m.w_le_d = pyo.Constraint(I, J, K, rule=clock.rule(lambda m, i, j, k:
+                                                           m.w[i, j, k] <= m.d[i, j, k]))
+        clock.check()
     m.c14 = pyo.Constraint(I, J, rule=lambda m, i, j: sum(m.w[i, j, k] for k in K) == m.x[i, j])
     m.c15 = pyo.Constraint(I, rule=lambda m, i: sum(m.w[i, j, k] for j in J for k in K) == 1)
     m.c16 = pyo.Constraint(J, K, rule=lambda m, j, k: sum(m.p[i, j, k] for i in I) <= 1)
@@ -134,7 +146,9 @@ def build(problem: PDProblem, bins: int, literal: bool = False, cuts: bool = Tru
         m.cut_used = pyo.Constraint(J, K, rule=lambda m, j, k:
                                     sum(m.p[i, j, k] for i in I) <= 1 - m.y[k, 0])
         if not literal:
-            m.cut_d_x = pyo.Constraint(I, J, K, rule=lambda m, i, j, k: m.d[i, j, k] <= m.x[i, j])
+            m.cut_d_x = pyo.Constraint(I, J, K, rule=clock.rule(lambda m, i, j, k:
+                                                                m.d[i, j, k] <= m.x[i, j]))
+            clock.check()
 
         m.cut_decode = pyo.Constraint(expr=sum(m.nd[k] for k in K) >= Td * decode_lb)
     return m

@@ -71,7 +71,7 @@ from typing import TypeVar
 import numpy as np
 from ortools.sat.python import cp_model
 
-from llmopt.backends.cpsat import subsolver
+from llmopt.backends.cpsat import solve_stoppable, subsolver
 from llmopt.problems.slo_priority.model import (
     MET_TOLERANCE_MS,
     Batches,
@@ -603,7 +603,7 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         else:
             mod.hint(_hint_for(found, k) or best.batches)
         solver = subsolver(left, workers)
-        status = solver.solve(mod.model)
+        status = solve_stoppable(solver, mod.model)
         name = solver.status_name(status)
         obj = bnd = None
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -22,12 +22,12 @@ Each returns the numbers; ``llmopt.report.compare.render`` renders them (markdow
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from llmopt.data.instance import Instance
+from llmopt.deadline import Deadline
 from llmopt.errors import LlmoptError, OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.policies.registry import POLICIES, Engine, check_family
@@ -46,7 +46,7 @@ from llmopt.problems.slo_priority.cluster import (
 )
 from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
-from llmopt.problems.workflows.ceiling import MIN_CEILING_S, PolicyCeilings, policy_ceilings
+from llmopt.problems.workflows.ceiling import PolicyCeilings, policy_ceilings
 from llmopt.problems.workflows.slo_priority import (
     replay_cluster_plan,
     replay_plan,
@@ -63,8 +63,8 @@ PLAN_REPLAYED = "slo-priority plan, replayed"
 CLUSTER_PLAN = "Algorithm 2 plan (SA per instance)"
 CLUSTER_PLAN_REPLAYED = "Algorithm 2 plan, replayed"
 BY_MODEL = "eqs 14–17"  # a row scored by the predictor, the only kind the bound holds for
-EXACT_SHARE_WITH_CEILING = 0.5  # of the time limit, for the exact problem when a ceiling follows
-CEILING_LEAST_SHARE = 0.5       # of the time limit, at least, for the SLO ceiling
+BOUNDS_SHARE = 0.4  # of the time left after the replays, for the bounds when a solve follows
+MIN_PHASE_S = 0.05  # a bound or a solve gets at least this, even once the time is up
 
 
 def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
@@ -94,6 +94,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     #: the proven ceilings on SLO attainment (None: the instance has no SLOs)
     ceilings: PolicyCeilings | None = None
+    interrupted: bool = False  # a stop signal ended the exact solve: its incumbent is shown
 
     @property
     def best_bound(self) -> Bound | None:
@@ -106,26 +107,34 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     """Replay ``policies`` beside the lower bounds of the instance's family; with
     ``optimize``, also the family's exact problem under the replays' time model (a row of its
     own, e.g. ``pd-competition`` with the replay time model, or ``infermax-csp`` on small
-    instances) and the solver-based bounds. With SLOs, the exact problem gets half the time
-    limit and the SLO ceiling what is left of it when it starts, at least half of it (the
-    bounds before it are not held to the limit)."""
-    started = time.perf_counter()
+    instances) and the solver-based bounds; with SLOs, the proven ceiling on SLO attainment
+    beside each schedule's (``workflows.ceiling``).
+
+    Everything shares ``time_limit_s``: the replays come first, one at a time, each starting
+    only within the limit (the first always runs; a note names those skipped); the bounds get
+    ``BOUNDS_SHARE`` of the time left when a solve or the ceiling follows, the exact problem
+    half of the rest when the ceiling follows it, and the ceiling the rest (at least
+    ``workflows.ceiling.MIN_CEILING_S``). A bound or solve whose time is up gets
+    ``MIN_PHASE_S``: the closed-form bounds and the heuristics."""
     family = family_of(instance)
-    bounds = family_bounds(instance, time_limit_s, progress, solver_bounds=optimize)
-    results: dict[str, Result] = {}
-    for policy in policies:
-        progress.stage(f"replay {policy}")
-        results[policy], _ = replay_result(instance, policy, progress=progress)
+    deadline = Deadline.after(time_limit_s)
     small = (family.exact_max_requests is None
              or instance.num_requests <= family.exact_max_requests)
+    solve_exact = optimize and small
+    ceiling_follows = instance.has_slos
+    results: dict[str, Result] = {}
     notes: list[str] = []
-    if optimize and small:
+    notes += _replayed(instance, policies, deadline, time_limit_s, progress, results)
+    bounds = family_bounds(instance, _seconds(deadline.share(
+        BOUNDS_SHARE if solve_exact or ceiling_follows else 1.0)), progress,
+        solver_bounds=optimize)
+    if solve_exact:
         progress.stage(f"{family.exact} under the replays' time model")
         try:
-            results[family.exact] = solve(
-                instance, family.exact, None,
-                time_limit_s * (EXACT_SHARE_WITH_CEILING if instance.has_slos else 1.0),
-                progress, **family.exact_options)
+            results[family.exact] = solve(instance, family.exact, None,
+                                          _seconds(deadline.share(0.5 if ceiling_follows
+                                                                  else 1.0)),
+                                          progress, **family.exact_options)
         except LlmoptError as exc:
             notes.append(f"{family.exact} not solved: {exc}")
     elif optimize:
@@ -149,12 +158,44 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
             **{k: m.get(k) for k in LATENCY_METRICS},
         })
     table = pd.DataFrame(rows)
-    left = max(time_limit_s - (time.perf_counter() - started),
-               CEILING_LEAST_SHARE * time_limit_s, MIN_CEILING_S)
-    ceilings = policy_ceilings(instance, list(results), left, progress, exact=optimize)
+    interrupted = exact is not None and exact.interrupted
+    if interrupted:
+        notes.append(f"{family.exact} interrupted: its best schedule so far is shown")
+    ceilings = None
+    if ceiling_follows and interrupted:
+        notes.append("SLO ceiling not computed: interrupted")
+    elif ceiling_follows:
+        ceilings = policy_ceilings(instance, list(results), deadline.left(), progress,
+                                   exact=optimize)
     if ceilings is not None:
         with_ceiling(table, ceilings)
-    return Comparison(table, bounds, results, family.replay_time_model, notes, ceilings)
+    return Comparison(table, bounds, results, family.replay_time_model, notes, ceilings,
+                      interrupted)
+
+
+def _replayed(instance: Instance, policies: list[str], deadline: Deadline, time_limit_s: float,
+              progress: Progress, results: dict[str, Result],
+              schedules: dict[str, Schedule] | None = None) -> list[str]:
+    """Replay ``policies`` into ``results`` (and ``schedules``), one at a time, each starting
+    only before ``deadline`` (the first always runs); the note naming those skipped."""
+    skipped: list[str] = []
+    for policy in policies:
+        if results and deadline.passed():
+            skipped.append(policy)
+            continue
+        progress.stage(f"replay {policy}")
+        results[policy], schedule = replay_result(instance, policy, progress=progress)
+        if schedules is not None:
+            schedules[policy] = schedule
+    if not skipped:
+        return []
+    return [f"not replayed: {', '.join(skipped)} (the {time_limit_s:g} s time limit was up; "
+            "a longer --time-limit replays them)"]
+
+
+def _seconds(deadline: Deadline) -> float:
+    """The time left to a phase, at least ``MIN_PHASE_S``."""
+    return max(deadline.left(), MIN_PHASE_S)
 
 
 def with_ceiling(table: pd.DataFrame, ceilings: PolicyCeilings) -> None:
@@ -182,30 +223,33 @@ class PriorityComparison:
     results: dict[str, Result]
     notes: list[str] = field(default_factory=list)
     instances: int = 1  # the model instances the plans and the bound are for
+    interrupted: bool = False  # (a stop signal ends the compare as an error here)
 
 
 def by_g(instance: Instance, policies: list[str], time_limit_s: float,
          progress: Progress = SILENT, optimize: bool = True) -> PriorityComparison:
     """Replay ``policies``; with ``optimize``, also solve ``slo-priority`` (CP-SAT from SA's
     plan) and serve its plan. The bound is CP-SAT's when it solved, else the closed-form one
-    every solver reports (``simple_bound``). On several model instances, Algorithm 2's plan
-    (``cluster.plan_cluster``, SA per instance) and its replay, and the closed-form bound over
-    every plan of Algorithm 2 (``cluster.cluster_g_bound``)."""
+    every solver reports (``simple_bound``). The replays start only within ``time_limit_s``
+    (the first always runs); the solve gets the time left. On several model instances,
+    Algorithm 2's plan (``cluster.plan_cluster``, SA per instance) and its replay, and the
+    closed-form bound over every plan of Algorithm 2 (``cluster.cluster_g_bound``)."""
     rows: list[dict[str, object]] = []
     schedules: dict[str, Schedule] = {}
     results: dict[str, Result] = {}
     notes: list[str] = []
     one_instance = instance.system.instances == 1
-    for policy in policies:
-        progress.stage(f"replay {policy}")
-        results[policy], schedules[policy] = replay_result(instance, policy, progress=progress)
-        rows.append(_replayed_row(policy, schedules[policy], instance))
+    deadline = Deadline.after(time_limit_s)
+    replay_notes = _replayed(instance, policies, deadline, time_limit_s, progress, results,
+                             schedules)
+    rows += [_replayed_row(policy, schedules[policy], instance) for policy in schedules]
+    notes += replay_notes
     bound: float | None = None
     proof = ""
     if optimize and one_instance:
         progress.stage("slo-priority (CP-SAT from SA's plan)")
         try:
-            plan = solve(instance, "slo-priority", "cpsat", time_limit_s, progress)
+            plan = solve(instance, "slo-priority", "cpsat", _seconds(deadline), progress)
         except LlmoptError as exc:
             notes.append(f"slo-priority not solved: {exc}")
         else:
@@ -279,6 +323,7 @@ class LadderComparison:
     instances: int
     bounds: dict[str, SliceBounds] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    interrupted: bool = False
 
 
 def by_section5(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
