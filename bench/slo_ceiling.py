@@ -42,7 +42,7 @@ from llmopt.policies.replay import replay
 from llmopt.problems.slo_ceiling.ceiling import attainment_ceiling
 from llmopt.problems.slo_ceiling.goodput import goodput_ceiling
 
-POLICIES = ["vllm", "sarathi", "vllm-s-1024", "vllm-d", "sjf", "vllm-v1", "sola"]
+POLICIES = ["vllm", "sarathi", "vllm-s-1024", "vllm-d", "sjf", "vllm-v1", "sola", "least-slack"]
 SHARED = ROOT.parent / "shared" / "data"
 SPEED_CASES = {
     "slo-chat": ("instances/toy/slo-chat.yaml", None),

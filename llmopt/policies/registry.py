@@ -132,6 +132,11 @@ POLICIES: Registry[PolicyInfo] = Registry("llmopt.policies", PolicyInfo, [
                    "deadline-ordered prefills, peak-memory-aware admission (needs SLOs)",
                    "llmopt.policies.slo.deploy:deploy_sola", replay_default=False,
                    compare_default=False, incumbent_for=(ATTAINMENT,)),
+        PolicyInfo("least-slack", "infermax", "llmopt", "llmopt/policies/slo/least_slack.py",
+                   "deadline-aware: prefills by TTFT deadline in 256-token chunks (hopeless ones "
+                   "last), decodes when their TPOT slack asks (uses SLOs)",
+                   "llmopt.policies.slo.deploy:deploy_least_slack", replay_default=False,
+                   compare_default=False, incumbent_for=(ATTAINMENT,)),
         _slice("sls", "section 5.1 (baseline; Fig. 15 step 1)",
                "sequence-level: round-robin at arrival, FCFS static batches of 16 "
                "generated to completion (S = 1024)"),

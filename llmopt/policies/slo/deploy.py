@@ -11,6 +11,7 @@ from llmopt.policies.base import Router
 from llmopt.policies.deploy import Deployment, each_replica
 from llmopt.policies.infermax.unified import UnifiedScheduler
 from llmopt.policies.slo.baselines import SOLA_BASELINES, V1_SCHEDULERS
+from llmopt.policies.slo.least_slack import LeastSlack
 from llmopt.policies.slo.sola import Sola
 from llmopt.policies.slo.vllm_v1 import VllmV1
 from llmopt.progress import SILENT, Progress
@@ -33,4 +34,10 @@ def deploy_baseline(instance: Instance, name: str, *, plan: Mapping[str, Any] | 
     return each_replica(instance, name, lambda: UnifiedScheduler(config), router)
 
 
-__all__ = ["deploy_baseline", "deploy_sola", "deploy_v1"]
+def deploy_least_slack(instance: Instance, name: str, *, plan: Mapping[str, Any] | None = None,
+                       router: Router | None = None, progress: Progress = SILENT
+                       ) -> Deployment:
+    return each_replica(instance, name, LeastSlack, router)
+
+
+__all__ = ["deploy_baseline", "deploy_least_slack", "deploy_sola", "deploy_v1"]
