@@ -47,6 +47,8 @@ from llmopt.errors import LlmoptWarning, TraceError
 VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+MOONCAKE_HASH_BLOCK_TOKENS = 512  # the Mooncake traces' block (kvcache-ai/Mooncake, FAST25-release)
+DEFAULT_HASH_BLOCK_TOKENS = 16  # JSON lines without hash_block_tokens: vLLM's block size
 JSONL_KEYS = ("input_tokens", "output_tokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens",
                     "Log Type")
@@ -141,11 +143,16 @@ def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | No
             order = np.argsort(arrival, kind="stable")
             frame, arrival = frame.iloc[order], arrival[order]
         times = [float(t) for t in arrival - arrival[0]]
-    return [
+    rows = [
         {"id": str(i), "input_tokens": int(a), "output_tokens": int(b), "arrival_ms": t}
         for i, a, b, t in zip(frame["id"], frame["input_tokens"], frame["output_tokens"],
                               times, strict=True)
     ]
+    if "hash_ids" in frame:
+        for row, ids, size in zip(rows, frame["hash_ids"], frame["hash_block_tokens"],
+                                  strict=True):
+            row["hash_ids"], row["hash_block_tokens"] = ids, int(size)
+    return rows
 
 
 def _guess_format(path: Path) -> str:
@@ -195,13 +202,18 @@ def _collect(chunks: Generator[pd.DataFrame, None, None], need: int | None,
 
 
 def _frame(index: pd.Index, inp: np.ndarray, out: np.ndarray, arrival: np.ndarray | None,
-           ids: Iterable[str] | None = None) -> pd.DataFrame:
-    return pd.DataFrame({
+           ids: Iterable[str] | None = None,
+           hashes: tuple[list[tuple[int, ...]], list[int]] | None = None) -> pd.DataFrame:
+    """The rows of a trace; ``hashes``: each row's prompt block hashes and block tokens."""
+    columns: dict[str, Any] = {
         "id": list(ids) if ids is not None else [f"r{i}" for i in index],
         "input_tokens": inp,
         "output_tokens": out,
         "arrival_ms": np.full(len(index), np.nan) if arrival is None else arrival,
-    }, index=index)
+    }
+    if hashes is not None:
+        columns["hash_ids"], columns["hash_block_tokens"] = hashes
+    return pd.DataFrame(columns, index=index)
 
 
 def _csv_error(exc: Exception, path: Path) -> TraceError:
@@ -400,10 +412,15 @@ def _required(raw: pd.DataFrame, keys: tuple[str, ...], path: Path) -> pd.DataFr
 
 def _read_jsonl(path: Path, sel: Selection) -> pd.DataFrame:
     ids, arrivals = _Optional("id", path), _Optional("arrival_ms", path)
+    hashes, sizes = _Optional("hash_ids", path), _Optional("hash_block_tokens", path)
 
     def convert(raw: pd.DataFrame) -> pd.DataFrame:
         raw = _required(raw, JSONL_KEYS, path)
         id_col, arrival_col = ids.values(raw), arrivals.values(raw)
+        hash_col, size_col = hashes.values(raw), sizes.values(raw)
+        if size_col is not None and hash_col is None:
+            raise TraceError("given without hash_ids", file=path,
+                             field=_row_field("hash_block_tokens", raw.index[0]))
         return _frame(
             raw.index,
             _tokens(raw["input_tokens"], path, "input_tokens"),
@@ -411,17 +428,27 @@ def _read_jsonl(path: Path, sel: Selection) -> pd.DataFrame:
             None if arrival_col is None
             else _numeric(arrival_col, path, "arrival_ms").to_numpy(),
             None if id_col is None else [str(i) for i in id_col],
+            None if hash_col is None else (
+                _hash_ids(hash_col, path),
+                [DEFAULT_HASH_BLOCK_TOKENS] * len(raw) if size_col is None
+                else _tokens(size_col, path, "hash_block_tokens").tolist()),
         )
 
     return _collect(_jsonl_chunks(path, sel.need), sel.need, _all_rows, convert)
 
 
 def _read_mooncake(path: Path, sel: Selection) -> pd.DataFrame:
+    hashes = _Optional("hash_ids", path)
+
     def convert(raw: pd.DataFrame) -> pd.DataFrame:
         raw = _required(raw, MOONCAKE_KEYS, path)
+        hash_col = hashes.values(raw)
         return _frame(raw.index, _tokens(raw["input_length"], path, "input_length"),
                       _tokens(raw["output_length"], path, "output_length"),
-                      _numeric(raw["timestamp"], path, "timestamp").to_numpy())
+                      _numeric(raw["timestamp"], path, "timestamp").to_numpy(),
+                      hashes=None if hash_col is None else (
+                          _hash_ids(hash_col, path),
+                          [MOONCAKE_HASH_BLOCK_TOKENS] * len(raw)))
 
     return _collect(_jsonl_chunks(path, sel.need), sel.need, _all_rows, convert)
 
@@ -452,6 +479,18 @@ def _numeric(col: pd.Series, path: Path, name: str) -> pd.Series:
     return values.astype(float)
 
 
+def _hash_ids(col: pd.Series, path: Path) -> list[tuple[int, ...]]:
+    """Each row's ``hash_ids``: a non-empty list of non-negative integers."""
+    out = []
+    for pos, value in enumerate(col):
+        if (not isinstance(value, list) or not value
+                or not all(type(x) is int and x >= 0 for x in value)):
+            raise _bad_value(col, pos, path, "hash_ids",
+                             "must be a non-empty list of non-negative integers")
+        out.append(tuple(value))
+    return out
+
+
 def _tokens(col: pd.Series, path: Path, name: str) -> np.ndarray:
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
     bad = (~np.isfinite(values) | (values < 1) | (values > MAX_TOKENS)
@@ -471,11 +510,12 @@ TRACE_FORMATS: dict[str, TraceFormat] = {
         TraceFormat("vidur", "Vidur's processed traces and length tables (e.g. arXiv "
                     "summarization)", "[arrived_at (s),] num_prefill_tokens, num_decode_tokens "
                     "(all arrive at 0 ms without arrived_at)", _read_csv),
-        TraceFormat("mooncake", "Mooncake FAST'25 traces (kvcache-ai/Mooncake); prefix hash ids "
-                    "are not read", "JSON lines: timestamp (ms), input_length, output_length",
-                    _read_mooncake),
+        TraceFormat("mooncake", "Mooncake FAST'25 traces (kvcache-ai/Mooncake), with their "
+                    "prefix hash ids (512-token blocks)", "JSON lines: timestamp (ms), "
+                    "input_length, output_length, optionally hash_ids", _read_mooncake),
         TraceFormat("jsonl", "llmopt's own", "JSON lines: input_tokens, output_tokens, "
-                    "optionally id and arrival_ms", _read_jsonl),
+                    "optionally id, arrival_ms, hash_ids and hash_block_tokens (default 16)",
+                    _read_jsonl),
         TraceFormat("burstgpt", "BurstGPT (HPMLL/BurstGPT), ChatGPT and GPT-4 usage in Azure "
                     "OpenAI; failed requests (Response tokens 0) are dropped; filters: model, "
                     "log_type", "Timestamp (s), Model, Request tokens, Response tokens, Log Type "
