@@ -21,7 +21,7 @@ import numpy as np
 from _common import command_line, header, publish, python_loop_s
 
 from llmopt.data.instance import instance_from_mapping
-from llmopt.problems.infermax.attainment import attainment_bound
+from llmopt.problems.workflows.attainment import attainment_bound
 
 
 def random_instance(seed: int, n: int, rate_per_s: float, multiple: float):

@@ -5,7 +5,7 @@ requests and max batch 1, 2, 4.
 
 Both schedules are replayed by the simulation core on the bilinear predictor mapped to iterations
 (``llmopt/data/cost/bilinear.py``); G of each is n / Σ E2E over the replayed latencies
-(``problems.slo_priority.replayed.replayed_g``). The model's G of the SA plan (what SA
+(``problems.workflows.slo_priority.replayed_g``). The model's G of the SA plan (what SA
 optimized) is shown beside its replayed G. Workload: ``huang_table1.workload`` (a seeded
 chat/code mix, the paper's SLOs, all requests at time 0 in a random order, which is the FCFS
 order of the baseline); the maximum batch size is ``system.clients`` for both (vLLM's
@@ -31,7 +31,7 @@ from llmopt.policies.replay import replay
 from llmopt.problems.slo_priority import sa
 from llmopt.problems.slo_priority.exact import solve_exact
 from llmopt.problems.slo_priority.model import SloPriorityData, evaluate
-from llmopt.problems.slo_priority.replayed import replay_plan, replayed_g
+from llmopt.problems.workflows.slo_priority import replay_plan, replayed_g
 
 PAPER = "+0.3 % to +46.5 %"
 

@@ -18,6 +18,7 @@ from llmopt.data.instance import instance_from_mapping
 from llmopt.policies.replay import replay
 from llmopt.problems.infermax import csp as infermax_csp
 from llmopt.problems.infermax.csp import replay_plan
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.report import plot
 
 REPRODUCTION_MD = ROOT / "docs" / "reproduction.md"
@@ -47,7 +48,8 @@ def main() -> None:
     for I in POINTS:
         inst = fig15_instance(I)
         t0 = time.perf_counter()
-        res = infermax_csp.solve(inst, "cpsat", args.time_limit, workers=args.workers)
+        res = infermax_csp.solve(inst, "cpsat", args.time_limit, workers=args.workers,
+                                 simulation=ENGINE)
         took = time.perf_counter() - t0
         heur = res.data["heuristics"]
         ef_best = min(v for k, v in heur.items() if k.endswith("-ef"))
@@ -60,7 +62,7 @@ def main() -> None:
         print(f"I={I}: {res.status} {res.objective:.3f} ms in {took:.1f} s, "
               f"{rows[-1]['evictions']} evictions", flush=True)
         if I in CHARTS:
-            optimal = replay_plan(inst, res.data["plan"])
+            optimal = replay_plan(inst, res.data["plan"], ENGINE)
             for name, sched in (("optimal", optimal), ("vllm", replay(inst, "vllm")),
                                 ("vllm-ef", replay(inst, "vllm-ef"))):
                 ax = plot.gantt_figure(inst, sched.segments, sched.iterations, policy=name,

@@ -7,20 +7,33 @@ The workload: ``COUNT`` requests with lognormal lengths of the ShareGPT means th
 reports (Kwon et al. 2023, Fig. 11: input 161 and output 338 tokens on average; the standard
 deviations, equal to the means, are our assumption), clipped to [4, 2048].
 
+With ``--readings``, instead: the attainment of SOLA under each reading of the paper that
+``SolaOptions`` names (the faithful default, the earlier readings, and the default with one
+earlier reading), beside vLLM V1 and vLLM-D, at the Poisson rate where the best baseline's
+goodput at 99 % was found (``READING_RATES``, from the goodput table).
+
 Usage::
 
     python bench/sola_goodput.py [--count 1000] [--steps 7] [--workers 2] [--write-docs]
+    python bench/sola_goodput.py --readings [--count 1000] [--write-docs]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 from _common import ROOT, command_line, header, publish
 
+from llmopt.data.instance import Instance, instance_from_mapping
+from llmopt.policies.replay import replay
+from llmopt.policies.routing import RoundRobin
+from llmopt.policies.slo.sola import Sola, SolaOptions
+from llmopt.schedule.metrics import slo_metrics
+from llmopt.sim.cluster import Deployment, simulate
 from llmopt.sweep.runner import run_sweep
 from llmopt.sweep.spec import load_sweep
 
@@ -29,6 +42,10 @@ SETTINGS = [  # model, SLO multiple (tight, loose), rate search range (requests/
     ("infermax-llama3-8b-a100", {"tight": 10, "loose": 15}, (2.0, 400.0)),
     ("infermax-llama3-70b-4xa100", {"tight": 5, "loose": 10}, (0.5, 100.0)),
 ]
+#: (model, multiple) -> the best baseline's goodput at 99 % (requests/s), from the goodput table
+READING_RATES = {("infermax-llama3-8b-a100", 10): 21.17, ("infermax-llama3-8b-a100", 15): 23.00,
+                 ("infermax-llama3-70b-4xa100", 5): 4.30,
+                 ("infermax-llama3-70b-4xa100", 10): 9.45}
 PAPER_RATIOS = {90: {"vllm-s-1024": 1.27, "vllm-d": 1.11, "sjf": 1.08},
                 99: {"vllm-s-1024": 1.11, "vllm-d": 1.06, "sjf": 1.04}}
 
@@ -108,13 +125,65 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readings_table(count: int) -> str:
+    """Attainment of every reading of SOLA and two baselines at READING_RATES."""
+    options = SolaOptions()
+    earlier = SolaOptions.earlier()
+    variants = {"faithful (default)": options, "earlier readings": earlier}
+    for name in ("both_failing", "ttft_decodes", "eq2_prediction", "memory_check"):
+        value = getattr(earlier, name)
+        variants[f"default, {name}={value}"] = dataclasses.replace(options, **{name: value})
+    columns = ["vllm-v1", "vllm-d", *variants]
+    lines = ["| model | SLO | rate (req/s) | " + " | ".join(columns) + " |",
+             "|---|---|---|" + "---|" * len(columns)]
+    for model, multiples, _ in SETTINGS:
+        for tightness, multiple in multiples.items():
+            rate = READING_RATES[(model, multiple)]
+            inst = instance_at(rate, count, model, multiple)
+            cells = []
+            for column in columns:
+                if column in variants:
+                    policies = [Sola(variants[column]) for _ in range(inst.system.instances)]
+                    schedule = simulate(inst, Deployment("sola", policies, RoundRobin()))
+                else:
+                    schedule = replay(inst, column)
+                m = slo_metrics(schedule, inst)
+                cells.append(f"{m['attainment']:.1%} ({m['attainment_ttft']:.1%} / "
+                             f"{m['attainment_tpot']:.1%})")
+            lines.append(f"| {model.removeprefix('infermax-')} | {tightness} | {rate:.2f} | "
+                         + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def instance_at(rate: float, count: int, model: str, multiple: float) -> Instance:
+    """The sweep's instance at Poisson ``rate`` (the same draws as its cells)."""
+    return instance_from_mapping({
+        "name": "readings", "model": model, "system": {"clients": 256},
+        "requests": {"generate": {
+            "count": count, "seed": 0,
+            "input": {"dist": "lognormal", "mean": 161, "std": 161, "min": 4, "max": 2048},
+            "output": {"dist": "lognormal", "mean": 338, "std": 338, "min": 4, "max": 2048},
+            "arrival": {"process": "poisson", "rate_per_s": rate}}},
+        "slo": {"multiple": multiple}})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--readings", action="store_true",
+                        help="attainment of each reading of SOLA at fixed rates instead")
     args = parser.parse_args()
+    if args.readings:
+        body = (header(command_line()) + "\n"
+                + "Attainment (TTFT / TPOT attainment in brackets) at the Poisson rate where the "
+                "best baseline's goodput at 99 % was found; columns after vllm-d are SOLA "
+                "under each reading (`SolaOptions`).\n\n" + readings_table(args.count))
+        print(body)
+        publish(args.write_docs, "sola-readings", body, ROOT / "docs" / "reproduction.md")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         table = goodput_table(args.count, args.steps, args.workers, Path(tmp))
     body = (header(command_line()) + "\n"

@@ -8,7 +8,8 @@ read out of order, then sorted) is an :class:`LlmoptWarning`, which the CLI prin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,15 @@ class LlmoptError(Exception):
 def _printable(text: str) -> str:
     """``text`` with control characters escaped (a key holding a newline stays on one line)."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def unknown_name(kind: str, value: Any, known: Iterable[str]) -> str:
+    """The reason of an unknown name of a ``kind`` (policy, problem, …): the closest known
+    names first (``did you mean 'sarathi'?``), then every known name."""
+    names = list(known)
+    close = difflib.get_close_matches(str(value), names, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"unknown {kind} ({hint}known: {', '.join(names) or 'none'})"
 
 
 class InputFileError(LlmoptError):

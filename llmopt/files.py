@@ -160,3 +160,8 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sidecar_name(json_path: Path) -> str:
+    """The name of the Parquet file beside a solution JSON that holds its schedule."""
+    return json_path.with_suffix(".schedule.parquet").name

@@ -18,20 +18,35 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmopt.errors import SolutionFileError
-from llmopt.files import load_json_mapping, write_atomic
-from llmopt.schedule import Schedule
-from llmopt.schedule.io import read_tables, sidecar_name, write_tables
+from llmopt.files import load_json_mapping, sidecar_name, write_atomic
+from llmopt.plugins import load
 from llmopt.version import __version__
+
+if TYPE_CHECKING:
+    from llmopt.schedule import Schedule
+
+# the schedule's Parquet tables (pyarrow), loaded when a schedule is written or read
+SCHEDULE_IO = "llmopt.schedule.io"
 
 STATUSES = ("optimal", "feasible", "infeasible", "time_limit_no_solution", "error")
 CONTRACT_KEYS = (
     "llmopt_version", "instance", "instance_sha256", "problem", "solver", "solver_version",
     "status", "objective", "bound", "gap", "runtime_s", "time_limit_s", "units",
 )
+
+
+class Mode(StrEnum):
+    """A schedule's ``mode`` in its solution file: how its batches were formed (the validator
+    checks each by its own rules)."""
+
+    CONTINUOUS = "continuous"          # iteration-level batches (InferMax's cost model, …)
+    PD_COMPETITION = "pd_competition"  # prefill stages and decode rounds (Pang et al.)
+    SLICES = "slices"                  # padded static batches served a slice at a time (SCLS)
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:
@@ -105,7 +120,8 @@ class Result:
         data = self.to_dict(instance, inline_schedule=False)
         if self.schedule is not None:
             sidecar = path.parent / sidecar_name(path)
-            digest = write_tables(sidecar, self.schedule.segments, self.schedule.iterations)
+            digest = load(f"{SCHEDULE_IO}:write_tables")(sidecar, self.schedule.segments,
+                                                          self.schedule.iterations)
             data["schedule"] = {"file": sidecar.name, "sha256": digest, "format": "parquet",
                                 "segments": len(self.schedule.segments),
                                 "iterations": len(self.schedule.iterations)}
@@ -129,5 +145,6 @@ def read_solution(path: str | Path) -> dict[str, Any]:
         if Path(ref["file"]).name != ref["file"]:
             raise SolutionFileError("must name a file beside the solution", file=path,
                                     field="schedule.file", value=ref["file"])
-        data["segments"], data["iterations"] = read_tables(sidecar, ref["sha256"])
+        data["segments"], data["iterations"] = load(f"{SCHEDULE_IO}:read_tables")(
+            sidecar, ref["sha256"])
     return data

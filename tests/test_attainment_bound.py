@@ -13,15 +13,15 @@ import pytest
 
 from llmopt.data.instance import instance_from_mapping
 from llmopt.errors import InstanceError, LlmoptError, OptionError
-from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import replay_result
-from llmopt.problems.infermax import attainment
-from llmopt.problems.infermax.attainment import (
+from llmopt.problems.infermax import attainment, attainment_data
+from llmopt.problems.workflows.attainment import (
     MAX_ATTAINMENT_REQUESTS,
     AttainmentBound,
     attainment_bound,
 )
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.validate import validate_solution
 
 # a profile whose times are exact in 1e-4 ms, so that the model's clock is exact
@@ -59,7 +59,7 @@ def tiny_instance(seed: int, n: int, *, max_input: int = 3, max_output: int = 3)
 
 def infermax_policies() -> list[str]:
     return [name for name, info in POLICIES.items() if info.family == "infermax"
-            and not (name in SCHEDULERS and SCHEDULERS[name].unlimited_memory)]
+            and not info.hypothetical]
 
 
 def policy_counts(instance) -> dict[str, int]:
@@ -290,7 +290,7 @@ def test_unfinished_requests_are_served_alone_after_the_prefix():
     prefix = [{"evict": [], "prefill": {"r0": 2}, "decode": []},
               {"evict": [], "prefill": {"r0": 1, "r1": 1}, "decode": []},
               {"evict": [], "prefill": {}, "decode": ["r0"]}]
-    plan = attainment._extend(attainment._data(inst), prefix)
+    plan = attainment._extend(attainment_data.prepare(inst), prefix)
     assert plan[3:] == [
         {"evict": ["r0", "r1"], "prefill": {}, "decode": []},
         {"evict": [], "prefill": {"r0": 2}, "decode": []},
@@ -301,7 +301,7 @@ def test_unfinished_requests_are_served_alone_after_the_prefix():
         {"evict": [], "prefill": {"r1": 2}, "decode": []},
         {"evict": [], "prefill": {}, "decode": ["r1"]},
         {"evict": [], "prefill": {"r2": 2}, "decode": []}]
-    schedule, _, _ = attainment._replay(inst, plan)
+    schedule, _, _ = attainment._replay(inst, plan, ENGINE)
     assert (schedule.requests["evictions"] == [1, 1, 0]).all()
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 
 import pytest
 
 from conftest import TOY
-from llmopt.cli import app
+from llmopt.cli import COMMANDS, loaded
 from llmopt.data.instance import load_instance
 from llmopt.errors import LlmoptError, OptionError
 from llmopt.files import out_path
@@ -245,8 +244,8 @@ def _one_line_error(result, *fragments):
 
 
 TIME_LIMIT_COMMANDS = sorted(
-    c.name or c.callback.__name__ for c in app.registered_commands
-    if "time_limit" in inspect.signature(c.callback).parameters
+    name for name in COMMANDS
+    if any(p.name == "time_limit" for p in getattr(loaded(name), "params", []))
 )
 
 

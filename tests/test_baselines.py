@@ -12,10 +12,11 @@ import pytest
 
 from conftest import TOY
 from llmopt.data.instance import instance_from_mapping, load_instance
-from llmopt.policies.infermax.configs import SCHEDULERS, SOLA_BASELINES, V1_SCHEDULERS
-from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
+from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.registry import POLICIES, default_policies
 from llmopt.policies.replay import replay, replay_result
 from llmopt.policies.routing import RoundRobin
+from llmopt.policies.slo.baselines import SOLA_BASELINES, V1_SCHEDULERS
 from llmopt.policies.slo.vllm_v1 import VllmV1
 from llmopt.result import Result
 from llmopt.sim.cluster import Deployment, simulate
@@ -132,8 +133,9 @@ def test_registry_lists_the_baselines_with_their_papers_and_keeps_the_defaults()
         assert POLICIES[name].family == "infermax" and POLICIES[name].mode == "continuous"
     for name in V1_SCHEDULERS:
         assert POLICIES[name].paper == "vLLM V1 (v0.11)"
-    infermax = tuple(n for n in SCHEDULERS if n not in NEW)
-    assert DEFAULT_POLICIES["infermax"] == {"replay": infermax, "compare": infermax}
+    infermax = list(SCHEDULERS)  # InferMax's own
+    assert default_policies("infermax", "replay") == infermax
+    assert default_policies("infermax", "compare") == infermax
     assert POLICIES["sarathi"].paper == "Kim et al. 2025 (InferMax)"
 
 

@@ -270,3 +270,64 @@ def test_only_llmopts_own_warnings_are_printed_as_one_line():
         show(LlmoptWarning("a trace was sorted"), LlmoptWarning, "x.py", 1)
     show(UserWarning("no artists with labels"), UserWarning, str(ROOT / "llmopt" / "x.py"), 1)
     assert printed == ["warning: a trace was sorted"] and passed_on == [UserWarning]
+
+
+def test_version_option_prints_the_version(cli):
+    from llmopt.version import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"llmopt {__version__}"
+
+
+@pytest.mark.parametrize(("args", "suggested"), [
+    (("replay", TOY / "infermax-tiny.yaml", "--policy", "sarathii"), "'sarathi'"),
+    (("solve", TOY / "quickstart.yaml", "--problem", "binpackin"), "'binpacking'"),
+    (("replay", TOY / "quickstart.yaml", "--policy", "baseline", "--router", "round-robbin"),
+     "'round-robin'"),
+])
+def test_a_misspelt_name_gets_a_did_you_mean(cli, tmp_path, args, suggested):
+    result = cli(*args, "--out", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert f"did you mean {suggested}" in result.stderr
+
+
+def _replay_table(tmp_path, columns: str | None) -> str:
+    """``llmopt replay`` of an SLO instance (eleven columns) printed to a pipe, not a
+    terminal, with ``COLUMNS`` set or not."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    args = ["replay", str(TOY / "huang-chat-code.yaml"), "--policy", "huang-vllm", "--no-plot",
+            "--out", str(tmp_path)]
+    done = subprocess.run([sys.executable, "-m", "llmopt", *args], capture_output=True,
+                          text=True, env=env, check=True)
+    return done.stdout
+
+
+def test_tables_in_a_log_cut_no_value_and_honour_columns(tmp_path):
+    piped = _replay_table(tmp_path, None)
+    assert "…" not in piped
+    assert " huang-vllm │" in piped  # the first column whole (was 'huang-v…' at 120 columns)
+    assert all(len(line) <= 120 for line in piped.splitlines() if "│" in line or "┃" in line)
+    wide = _replay_table(tmp_path, "200")
+    header = next(line for line in wide.splitlines() if "policy" in line)
+    assert "TTFT p50 (ms)" in header and "SLO met" in header  # one header line: nothing wrapped
+
+
+def test_replay_and_compare_show_one_instances_times_in_the_same_units(cli, tmp_path):
+    """One rule (llmopt.report.units): a time column whose largest value is under 10 s in ms,
+    else in s; replay printed seconds (0.03 s) where compare printed ms for the same run."""
+    replayed = cli("replay", TOY / "infermax-tiny.yaml", "--policy", "vllm,sarathi",
+                   "--no-plot", "--out", tmp_path)
+    compared = cli("compare", TOY / "infermax-tiny.yaml", "--policy", "vllm,sarathi",
+                   "--no-optimize", "--out", tmp_path)
+    assert replayed.exit_code == 0 and compared.exit_code == 0, replayed.output + compared.output
+    for column in ("TTFT p50 (ms)", "TPOT p50 (ms)"):
+        assert column in replayed.output and column in compared.output
+    assert "total (ms)" in replayed.output and "total time (ms)" in compared.output
+    # the same makespan, printed alike by both
+    makespan = read_solution(tmp_path / "infermax-tiny" / "replay-vllm.json")["objective"]
+    assert f"{makespan:,.2f}" in replayed.output and f"{makespan:,.2f}" in compared.output

@@ -14,7 +14,11 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def python_blocks(path):
-    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+    return python_blocks_of(path.read_text())
+
+
+def python_blocks_of(text):
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
 def test_registry_table_in_the_docs_is_current():
@@ -48,3 +52,17 @@ def test_docs_name_modules_that_exist(name):
     text = (ROOT / "docs" / name).read_text()
     for path in set(re.findall(r"`(llmopt/[\w/]+\.py)`", text)):
         assert (ROOT / path).exists(), f"{name} names {path}, which does not exist"
+
+
+def test_the_guides_python_api_runs_and_prints_what_it_shows(tmp_path, monkeypatch, capsys):
+    """The guide's Python API example (one call per command) runs as written and prints the
+    output the guide shows (it writes under runs/ of the current folder: here a temporary one)."""
+    text = (ROOT / "docs" / "guide.md").read_text()
+    section = text[text.index("## Python API"):]
+    code = python_blocks_of(section)[0]
+    shown = re.search(r"prints\n\n```text\n(.*?)```", section, flags=re.S)
+    assert shown is not None
+    (tmp_path / "instances").symlink_to(ROOT / "instances")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/guide.md", "exec"), {})
+    assert capsys.readouterr().out == shown.group(1)

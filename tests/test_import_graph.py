@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "llmopt"
@@ -54,3 +55,70 @@ def test_the_graph_sees_local_imports(tmp_path):
                       "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                       "    from llmopt.result import Result\n")
     assert imported_modules(module) == {"llmopt.errors"}
+
+
+# Layers (DESIGN.md; imports point down): data at the bottom; sim on data; problems (models and
+# solvers) on data only; policies on sim and on a problem's solver; the workflow modules of
+# problems (``api.py``, a ``workflows/`` folder) above both; report, sweep, cli on top. A
+# module's imports and the ``"llmopt.x:f"`` strings it hands to ``plugins.load`` both count.
+FORBIDDEN = {"data": {"sim", "policies", "problems", "report", "sweep", "cli"},
+             "sim": {"policies", "problems", "report", "sweep", "cli"},
+             "policies": {"report", "sweep", "cli"},
+             "problems": {"sim", "policies", "report", "sweep", "cli"}}
+PLUGIN_TARGET = re.compile(r"^llmopt\.([a-z_]+)[\w.]*:\w+$")
+
+
+def referenced_modules(path: Path) -> set[str]:
+    """The llmopt modules ``path`` imports (anywhere) or names to ``plugins.load``."""
+    found = imported_modules(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and PLUGIN_TARGET.match(node.value):
+            found.add(node.value.split(":")[0])
+    return found
+
+
+def is_workflow(name: str) -> bool:
+    parts = name.split(".")
+    return parts[1] == "problems" and (parts[-1] == "api" or "workflows" in parts)
+
+
+def layer_violations() -> set[str]:
+    bad = set()
+    for name, path in MODULES.items():
+        parts = name.split(".")
+        layer = parts[1] if len(parts) > 2 or (path.name == "__init__.py" and len(parts) > 1) \
+            else None
+        if layer not in FORBIDDEN or is_workflow(name):
+            continue
+        for target in referenced_modules(path):
+            other = target.split(".")[1] if target.count(".") else None
+            if other in FORBIDDEN[layer]:
+                bad.add(f"{name} -> llmopt.{other}")
+    return bad
+
+
+def test_layers():
+    assert layer_violations() == set()
+
+
+def test_the_layer_check_sees_plugin_strings(tmp_path, monkeypatch):
+    module = PACKAGE / "sim" / "cluster.py"
+    fake = tmp_path / "cluster.py"
+    fake.write_text(module.read_text() + '\nTARGET = "llmopt.policies.replay:replay"\n')
+    monkeypatch.setitem(MODULES, "llmopt.sim.cluster", fake)
+    assert "llmopt.sim.cluster -> llmopt.policies" in layer_violations()
+
+
+def test_policies_read_the_replica_through_its_view():
+    """No policy reads or sets a private attribute of another object (the replica's internals:
+    its decode stream, request state, free slots): ``llmopt.sim.policy.ReplicaView`` is what a
+    policy has (mypy holds the policies to it)."""
+    private = []
+    for path in (PACKAGE / "policies").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                    and not node.attr.startswith("__") \
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                private.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {ast.unparse(node)}")
+    assert private == []

@@ -12,13 +12,20 @@ import pandas as pd
 import pytest
 
 from llmopt.data.instance import instance_from_mapping, load_instance
-from llmopt.policies.infermax.configs import SCHEDULERS
+from llmopt.policies.infermax.configs import SCHEDULERS as INFERMAX
+from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import deployment, replay, replay_result
 from llmopt.problems.infermax import csp as infermax_csp
 from llmopt.problems.infermax.data import CSPData
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.sim.cluster import simulate
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.infermax_exact import optimum
+
+# every scheduler of the InferMax family but SOLA (which needs SLOs): InferMax's, SOLA's
+# baselines, vLLM V1
+SCHEDULERS = [name for name, info in POLICIES.items()
+              if info.family == "infermax" and name != "sola"]
 
 TOY = Path(__file__).resolve().parent.parent / "instances" / "toy"
 PROFILE = "infermax-llama2-7b-a100"
@@ -74,11 +81,11 @@ def test_vllm_evicts_the_newest_request_and_refills_it():
 
 def test_every_scheduler_respects_memory_and_validates():
     inst = load_instance(TOY / "infermax-azure-sample.yaml")
-    for name, cfg in SCHEDULERS.items():
+    for name in SCHEDULERS:
         result, sched = replay_result(inst, name)
         sol = result.to_dict(inst)
         reasons = validate_solution(inst, sol)
-        if cfg.unlimited_memory:
+        if POLICIES[name].hypothetical:
             # valid as the hypothetical it says it is, and over memory once that is not said
             verdict = check_solution(inst, sol)
             assert verdict.valid and any("not checked" in n for n in verdict.notes), name
@@ -88,7 +95,7 @@ def test_every_scheduler_respects_memory_and_validates():
         assert reasons == [], (name, reasons[:3])
         m = sched.metrics()
         assert m["kv_tokens_max"] <= inst.system.kv_capacity
-        if cfg.eviction_free:
+        if name in INFERMAX and INFERMAX[name].eviction_free:
             assert m["evictions"] == 0, name
 
 
@@ -157,7 +164,7 @@ def assert_same_schedule(a, b):
     pd.testing.assert_frame_equal(a.requests, b.requests)
 
 
-@pytest.mark.parametrize("name", list(SCHEDULERS))
+@pytest.mark.parametrize("name", SCHEDULERS)
 def test_steady_decode_runs_equal_iteration_by_iteration(name):
     # runs of identical decode-only batches are advanced in one step; simulating every
     # iteration on its own must give the same schedule
@@ -190,9 +197,9 @@ def test_csp_matches_brute_force_on_both_back_ends(case):
     requests, M, C = case
     inst = make([(i, o, 0.0) for i, o in requests], M=M, C=C)
     truth = optimum(inst.profile, requests, M, C, C)
-    heuristics = infermax_csp.heuristic_schedules(inst)
+    heuristics = infermax_csp.heuristic_schedules(inst, ENGINE)
     for solver in ("cpsat", "highs"):
-        result = infermax_csp.solve(inst, solver, 60)
+        result = infermax_csp.solve(inst, solver, 60, simulation=ENGINE)
         assert result.status == "optimal", (solver, result.notes)
         assert result.objective == pytest.approx(truth, abs=1e-6), solver  # 6 decimals
         assert validate_solution(inst, result.to_dict(inst)) == []
@@ -201,7 +208,7 @@ def test_csp_matches_brute_force_on_both_back_ends(case):
 
 def test_csp_with_arrivals_agrees_across_back_ends():
     inst = make([(2, 3, 0.0), (5, 2, 4.0), (3, 2, 9.0)], M=9, C=6)
-    found = {s: infermax_csp.solve(inst, s, 60) for s in ("cpsat", "highs")}
+    found = {s: infermax_csp.solve(inst, s, 60, simulation=ENGINE) for s in ("cpsat", "highs")}
     assert found["cpsat"].objective == pytest.approx(found["highs"].objective, abs=1e-6)
     for result in found.values():
         assert result.status == "optimal"
@@ -229,7 +236,7 @@ def test_csp_beats_every_heuristic_on_the_toy_instance(cli, tmp_path):
 
 def test_validator_rejects_a_csp_schedule_that_overflows_memory():
     inst = make([(2, 1, 0.0), (2, 2, 0.0)], M=5, C=3)
-    sol = infermax_csp.solve(inst, "cpsat", 30).to_dict(inst)
+    sol = infermax_csp.solve(inst, "cpsat", 30, simulation=ENGINE).to_dict(inst)
     tighter = make([(2, 1, 0.0), (2, 2, 0.0)], M=3, C=3)
     reasons = validate_solution(tighter, sol)
     assert reasons, "a schedule for M = 5 cannot fit M = 3"

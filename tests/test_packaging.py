@@ -65,3 +65,9 @@ def test_wheel_solves_a_copied_toy_instance_from_an_empty_directory(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     listed = llmopt("list", "examples")
     assert "quickstart.yaml" in listed.stdout and str(site) in listed.stdout.replace("\n", "")
+    # the GPU table, the efficiencies and the model configs ship too
+    config = site / "llmopt" / "data" / "hardware" / "models" / "qwen2.5-7b-instruct.config.json"
+    made = llmopt("profile", "roofline", "--model", str(config), "--gpu", "L40S-48GB", "--out",
+                  "qwen.yaml")
+    assert made.returncode == 0, made.stderr
+    assert "family: infermax" in (empty / "qwen.yaml").read_text()

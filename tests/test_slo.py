@@ -12,7 +12,7 @@ from llmopt.data.arrivals import Arrivals, arrival_times
 from llmopt.data.instance import instance_from_mapping
 from llmopt.data.slo import single_request_ms
 from llmopt.errors import InstanceError, LlmoptWarning
-from llmopt.policies.replay import replay
+from llmopt.policies.replay import replay, replay_result
 from llmopt.schedule.metrics import attainment, attainment_by_class, request_latencies
 
 PROFILE = "infermax-llama2-7b-a100"
@@ -230,6 +230,21 @@ def test_attainment_counts_by_hand() -> None:
     assert 0 < got["attainment"] < 1
     by_class = attainment_by_class(request_latencies(replay(tight, "vllm"), tight))
     assert list(by_class["requests"]) == [3]
+
+
+def test_schedule_metrics_given_the_instance_have_the_attainment_of_the_cli() -> None:
+    """``Schedule.metrics(instance)`` has the attainment ``llmopt replay`` prints and the
+    solution file stores; without the instance (no targets to read) it has none."""
+    listed = [{"id": "a", "input_tokens": 100, "output_tokens": 3},
+              {"id": "c", "input_tokens": 3000, "output_tokens": 4, "arrival_ms": 1.0}]
+    inst = instance_from_mapping(mapping(listed, {"ttft_ms": 1e6, "tpot_ms": 1e-3}))
+    result, sched = replay_result(inst, "vllm")
+    with_slos = sched.metrics(inst)
+    by_hand = attainment(request_latencies(sched, inst))
+    assert with_slos["attainment"] == by_hand["attainment"] == 0.0  # TPOT 1 µs: no one meets it
+    assert with_slos["attainment_ttft"] == 1.0
+    assert with_slos == result.data["metrics"]
+    assert "attainment" not in sched.metrics()
 
 
 def test_requests_left_without_a_target_are_said_to_meet_it_always() -> None:

@@ -36,7 +36,7 @@ def test_cdf_crosses_the_target_at_the_attainment(metric, share_key) -> None:
     inst = inst.with_requests(tuple(r.model_copy(update={"tpot_slo_ms": r.tpot_slo_ms / 2})
                                     for r in inst.requests))
     latencies, shares = {}, {}
-    for policy in ("sarathi", "sola"):
+    for policy in ("sarathi", "vllm-d"):  # each misses some TTFT and some halved TPOT targets
         result, schedule = replay_result(inst, policy)
         latencies[policy] = request_latencies(schedule, inst)
         shares[policy] = result.data["metrics"][share_key]
@@ -108,3 +108,49 @@ def test_rate_per_s_on_a_trace_replaces_its_timestamps(tmp_path) -> None:
         gaps = np.diff(inst.arrival_ms)
         assert 1000 / rate / 2 < gaps.mean() < 1000 / rate * 2  # Poisson at the rate
         assert not np.allclose(inst.arrival_ms, trace.arrival_ms[:50])
+
+
+def test_gantt_marks_arrivals_waits_and_misses_and_names_the_makespan(cli, tmp_path) -> None:
+    """A continuous-batching replay with SLOs: an arrival tick per request, a wait line per
+    request that waited, a red outline per request that missed its SLO (as the latencies
+    say), the makespan named as such; ``llmopt gantt`` of the file draws the same marks."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Rectangle
+
+    from llmopt.report.plot import MISSED_COLOR, gantt_figure
+
+    text = (TOY / "slo-chat.yaml").read_text().replace("count: 200", "count: 30")
+    path = tmp_path / "slo30.yaml"
+    path.write_text(text.replace("multiple: 10", "multiple: 3").replace("name: slo-chat",
+                                                                        "name: slo30"))
+    inst = load_instance(path)
+    result, schedule = replay_result(inst, "vllm-v1")
+    lat = request_latencies(schedule, inst)
+    missed = int((~lat["slo_met"]).sum())
+    assert 0 < missed < inst.num_requests
+    ax = gantt_figure(inst, schedule.segments, schedule.iterations, policy="vllm-v1",
+                      metrics=result.data["metrics"], requests=schedule.requests)
+    title = ax.get_title()
+    assert "makespan" in title and "total latency" not in title and "SLO met" in title
+    red = to_rgba(MISSED_COLOR)
+    assert sum(isinstance(p, Rectangle) and not p.get_fill() and p.get_edgecolor() == red
+               for p in ax.patches) == missed
+    lines = [c for c in ax.collections if isinstance(c, LineCollection)]
+    ticks = sum(len(c.get_segments()) for c in lines if len(c.get_segments()[0]) == 2
+                and c.get_segments()[0][0][0] == c.get_segments()[0][1][0])  # vertical
+    assert ticks == inst.num_requests
+    first = schedule.segments.groupby(schedule.segments["request"].astype(str),
+                                      observed=True)["start_ms"].min()
+    waited = int((first.reindex(inst.ids).to_numpy() > inst.arrival_ms).sum())
+    assert sum(len(c.get_segments()) for c in lines) == inst.num_requests + waited
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "arrival" in labels and f"missed SLO ({missed} of 30)" in labels
+    plt.close("all")
+    # the command draws a solution file with the same marks (request times from the validator)
+    assert cli("replay", path, "--policy", "vllm-v1", "--out", tmp_path).exit_code == 0
+    png = tmp_path / "slo30" / "replay-vllm-v1.png"
+    again = tmp_path / "again.png"
+    assert cli("gantt", path, tmp_path / "slo30" / "replay-vllm-v1.json", "--out",
+               again).exit_code == 0
+    assert again.read_bytes() == png.read_bytes()

@@ -250,11 +250,13 @@ class _StubReplica:
         self.arr = [-waited_ms] * len(self.S)
         self.status = [1] * len(waiting) + [2] * len(decoders)  # WAITING, RUNNING
         self.J, self.n_running, self.M, self.C = 64, len(decoders), float("inf"), 2048
-        self.stream = type("Stream", (), {"members": set()})()
         self.started: list[tuple[int, int]] = []
 
     def m_of(self, i: int) -> int:
         return self.m[i]
+
+    def generated(self, i: int) -> int:
+        return self.gen[i]
 
     def take_waiting(self, i: int) -> None:
         pass
@@ -328,7 +330,7 @@ def test_optimize_ttft_keeps_every_decode_running() -> None:
         form = policy.next_batch
 
         def recording(r, form=form, policy=policy, stalled=stalled):  # type: ignore[no-untyped-def]
-            decoders = len(r.stream.members) + len(r.idle)
+            decoders = r.n_decoders()
             b = form(r)
             if b is not None and policy.mode == "ttft" and b.n_dec < decoders:
                 stalled.append(decoders - b.n_dec)

@@ -60,6 +60,7 @@ def test_log_range_and_generator_parameters(tmp_path):
 
 BAD = [
     ("grid: {policy: [nosuch]}\n", "grid.policy", "unknown policy"),
+    ("grid: {policy: [baselin]}\n", "grid.policy", "did you mean 'baseline'?"),
     ("grid: {policy: [baseline], colour: [1]}\n", "grid.colour", "unknown field"),
     ("grid: {}\n", "grid", "empty"),
     ("grid: {policy: []}\n", "grid.policy", "at least 1"),
@@ -91,6 +92,22 @@ BAD = [
      "makespan_ms, at_most: 1}\n", "search.low", "out of the range"),
     ("grid: {policy: [baseline]}\nvalidate: maybe\n", "validate", "boolean"),
     ("cells: [{policy: scls, router: round-robin}]\n", "cells[0].router", "no router applies"),
+    # what the instance cannot run or vary is refused at load, not by every cell at run time
+    ("grid: {policy: [sarathi]}\n", "grid.policy", "family infermax"),
+    ("cells: [{problem: infermax-csp}]\n", "cells[0].problem", "family infermax"),
+    ("grid: {policy: [plan]}\n", "grid.policy", "a sweep cannot give"),
+    ("grid: {policy: [baseline], slo_scale: [0.5]}\n", "grid.slo_scale", "no SLO targets"),
+    # a search's probes are cells too: the same errors as the grid's, naming the search
+    ("grid: {policy: [baseline]}\nsearch: {parameter: rate_per_s, low: 1, high: 10, metric: "
+     "makespan_ms, at_most: 1000}\n", "search.parameter", "lists its requests"),
+    ("grid: {policy: [baseline]}\nsearch: {parameter: time_limit_s, low: 1, high: 10, "
+     "metric: makespan_ms, at_most: 1000}\n", "search.parameter", "applies to solves"),
+    ("grid: {policy: [baseline]}\nsearch: {parameter: clients, low: 1, high: 10, "
+     "metric: objective, at_most: 1000}\n", "search.metric", "not a metric of a replay"),
+    ("grid: {policy: [baseline]}\nsearch: {parameter: clients, low: 1, high: 10, "
+     "metric: attainment, at_least: 0.9}\n", "search.metric", "no SLO targets"),
+    ("grid: {policy: [baseline]}\nsearch: {parameter: clients, low: 1, high: 10, "
+     "metric: attainment, at_least: 90}\n", "search.at_least", "a share in [0, 1]"),
 ]
 
 

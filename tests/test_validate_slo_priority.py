@@ -153,3 +153,17 @@ def test_no_finite_objective_only_when_nothing_can_meet_its_slo():
     good = solution(meetable, "sa")
     claimed = dict(good, objective=None, bound=None, gap=None)
     assert any("objective is None" in r for r in validate_solution(meetable, claimed))
+
+
+def test_an_exact_clock_is_checked_against_the_coefficients():
+    """CP-SAT states its clock and whether it holds every time exactly; the validator holds the
+    claim against the profile's decimals (5 for Table 2: 0.00088)."""
+    inst = random_instance(0)
+    sol = solution(inst, "cpsat")
+    assert validate_solution(inst, sol) == []
+    assert sol["cpsat"]["exact_clock"] == (sol["cpsat"]["clock_decimals"] >= 5)
+    for decimals, valid in ((4, False), (5, True), (6, True)):
+        claimed = copy.deepcopy(sol)
+        claimed["cpsat"].update(exact_clock=True, clock_decimals=decimals)
+        reasons = validate_solution(inst, claimed)
+        assert any("exact_clock" in r for r in reasons) != valid, reasons

@@ -21,6 +21,7 @@ from llmopt.policies.replay import replay_result
 from llmopt.problems.api import solve
 from llmopt.problems.pang.pd_competition import heuristic_plans
 from llmopt.problems.pang.pd_plan import PDProblem, stage_schedule
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.validate import check_solution, validate_solution
 from llmopt.validate.schedule import check_schedule, recomputed_metrics
 
@@ -138,7 +139,7 @@ def worst_heuristic_plan(inst, sol):
     """A PD file whose schedule is the worst heuristic plan's (stage model), relabelled
     optimal; plan, totals and metrics made consistent with it."""
     problem = PDProblem.from_instance(inst)
-    plans = heuristic_plans(inst, problem, "stage", 1.0)
+    plans = heuristic_plans(inst, problem, "stage", 1.0, simulation=ENGINE)
     total, plan = plans[-1]
     assert total > sol["objective"] + 1
     schedule = stage_schedule(problem, plan)

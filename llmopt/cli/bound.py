@@ -17,6 +17,7 @@ from llmopt.cli.common import (
     command,
     fmt_ms,
     out,
+    print_table,
 )
 from llmopt.cli.common import progress as console_progress
 from llmopt.data.instance import load_instance
@@ -46,7 +47,7 @@ def bound(
                    "bounds": [b.to_dict() for b in found]}
         sys.stdout.write(json.dumps(payload, indent=1, allow_nan=False) + "\n")
         return
-    out.print(_table(inst.name, found))
+    print_table(_table(inst.name, found))
     for line in _explanations(found):
         out.print(line)
 

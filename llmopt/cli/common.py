@@ -23,25 +23,30 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
-from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from llmopt.cli.usage import err
 from llmopt.errors import LlmoptError, OptionError, one_line_warnings
 from llmopt.files import write_atomic
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import PROBLEMS
 from llmopt.progress import ConsoleProgress
-from llmopt.result import Result
+from llmopt.report.units import time_column
 from llmopt.version import __version__
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True, highlight=False)
+if TYPE_CHECKING:
+    from llmopt.result import Result
+
+# tables fit COLUMNS when set, else the terminal, else (a log, a pipe) 120 columns
+out = Console(highlight=False, width=None if sys.stdout.isatty()
+              or os.environ.get("COLUMNS", "").isdigit() else 120)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -83,55 +88,6 @@ def command(fn: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-class OneLineUsageErrors(TyperGroup):
-    """The command group whose usage errors (unknown option, a value that does not parse, a
-    missing argument) print as one line ``error: <option>: value <value>: <reason>`` and exit 2,
-    like every other user mistake, instead of the usage and a framed message."""
-
-    def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
-                     **extra: Any) -> Any:
-        try:
-            ctx = super().make_context(info_name, args, parent=parent, **extra)
-        except TyperException as exc:
-            _usage_error(exc, args)
-        ctx.meta["llmopt.args"] = list(args)
-        return ctx
-
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except TyperException as exc:
-            _usage_error(exc, ctx.meta.get("llmopt.args", []))
-
-
-def _usage_error(exc: TyperException, args: list[str]) -> NoReturn:
-    """Print a usage error on one line and exit 2 (``--help`` for no arguments passes)."""
-    if type(exc).__name__ == "NoArgsIsHelpError" or getattr(exc, "exit_code", 2) != 2:
-        raise exc
-    message = " ".join(exc.format_message().split())
-    param = getattr(exc, "param", None)
-    opts = list(getattr(param, "opts", None) or [])
-    if opts and message.startswith("Invalid value for "):
-        message = message.split(": ", 1)[-1]
-        shown = ", ".join(o for o in opts if o.startswith("--")) or opts[0]
-        value = _option_value(args, opts)
-        message = f"{shown}: " + (f"value {value!r}: " if value is not None else "") + message
-    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
-    raise typer.Exit(2) from None
-
-
-def _option_value(args: list[str], opts: list[str]) -> str | None:
-    """The last value given to an option in ``args`` (``--opt value`` or ``--opt=value``)."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg in opts and i + 1 < len(args):
-            value = args[i + 1]
-        for opt in opts:
-            if arg.startswith(opt + "="):
-                value = arg[len(opt) + 1:]
-    return value
 
 
 def check_number(value: float | None, option: str, *, zero_ok: bool = False) -> None:
@@ -188,6 +144,38 @@ def progress(verbose: bool) -> ConsoleProgress:
     return ConsoleProgress(verbose=verbose)
 
 
+def print_table(table: Table) -> None:
+    """Print ``table`` on stdout without cutting a value: when it is wider than the console
+    (COLUMNS, the terminal, or 120 columns), the widest columns wrap at spaces (headers, text)
+    down to their longest word; the first column (the names) never narrows; a table that cannot
+    fit even so is printed at its narrowest, wider than the console."""
+    wide = out.options.update_width(1_000_000)
+    floors, widths = [], []
+    for k, column in enumerate(table.columns):
+        sizes = [Measurement.get(out, wide, cell) for cell in [column.header, *column.cells]]
+        widths.append(max(m.maximum for m in sizes))
+        floors.append(widths[-1] if k == 0 else max(m.minimum for m in sizes))
+    spare = Measurement.get(out, wide, table).maximum - sum(widths)  # padding and rules
+    excess = sum(widths) + spare - out.width
+    if excess <= 0:
+        out.print(table)
+        return
+    while excess > 0:
+        narrower = [k for k in range(len(widths)) if widths[k] > floors[k]]
+        if not narrower:
+            break
+        widths[max(narrower, key=lambda k: widths[k])] -= 1
+        excess -= 1
+    for column, width in zip(table.columns, widths, strict=True):
+        column.width, column.no_wrap = width, False
+    saved = out.width
+    out.width = max(saved, sum(widths) + spare)
+    try:
+        out.print(table)
+    finally:
+        out.width = saved
+
+
 def fmt_ms(x: float | None) -> str:
     return "—" if x is None else f"{x:,.1f}"
 
@@ -197,21 +185,60 @@ def _share(x: float | None) -> str:
 
 
 def metrics_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
-    """Replay metrics, with the SLO attainment columns when the instance has SLOs."""
-    table = Table(show_edge=False, header_style="bold")
+    """Replay metrics, with the SLO attainment columns when the instance has SLOs; each time
+    column in ms or s by the one rule of ``llmopt.report.units``."""
+    times = [time_column(name, [m[key] for _, m in rows])
+             for name, key in (("total", "makespan_ms"), ("TTFT p50", "ttft_p50_ms"),
+                               ("TPOT p50", "tpot_p50_ms"), ("E2E p99", "e2e_p99_ms"))]
     slo = any("attainment" in m for _, m in rows)
     slo_cols = ("SLO met", "TTFT met", "TPOT met") if slo else ()
-    for col in ("policy", "total (s)", "utilization", "tokens/s", "TTFT p50 (s)",
-                "TPOT p50 (ms)", "E2E p99 (s)", "iterations", *slo_cols):
+    (total, totals), (ttft, ttfts), (tpot, tpots), (e2e, e2es) = times
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("policy", total, "utilization", "tokens/s", ttft, tpot, e2e, "iterations",
+                *slo_cols):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for name, m in rows:
-        shares = [_share(m.get(k)) for k in ("attainment", "attainment_ttft",
-                                             "attainment_tpot")] if slo else []
-        table.add_row(name, f"{m['makespan_ms'] / 1000:.2f}", f"{m['utilization']:.2%}",
-                      f"{m['tokens_per_s']:.1f}", f"{m['ttft_p50_ms'] / 1000:.2f}",
-                      f"{m['tpot_p50_ms']:.1f}", f"{m['e2e_p99_ms'] / 1000:.2f}",
-                      f"{m['iterations']:,}", *shares)
+    for k, (name, m) in enumerate(rows):
+        shares = [_share(m.get(key)) for key in ("attainment", "attainment_ttft",
+                                                 "attainment_tpot")] if slo else []
+        table.add_row(name, totals[k], f"{m['utilization']:.2%}", f"{m['tokens_per_s']:.1f}",
+                      ttfts[k], tpots[k], e2es[k], f"{m['iterations']:,}", *shares)
     return table
+
+
+def latency_tables(rows: list[tuple[str, dict[str, Any]]]) -> list[Table]:
+    """The rates and latency distributions of replays: requests per second, with SLOs the
+    run's goodput (requests meeting their SLO per second), queueing delay (arrival to first
+    scheduled) and inter-token latency (ITL) percentiles; TTFT, TPOT and E2E at p90 and
+    p95."""
+    goodput = any("goodput_rps" in m for _, m in rows)
+    layouts = [
+        ("rates (req/s); queueing delay and inter-token latency (ms)",
+         [("req/s", "requests_per_s"), *((("goodput", "goodput_rps"),) if goodput else ()),
+          ("queue p50", "queue_p50_ms"), ("queue p95", "queue_p95_ms"),
+          ("queue p99", "queue_p99_ms"), ("ITL p50", "itl_p50_ms"), ("ITL p95", "itl_p95_ms"),
+          ("ITL p99", "itl_p99_ms")]),
+        ("latency percentiles: TTFT and TPOT in ms, E2E in s",
+         [("TTFT p90", "ttft_p90_ms"), ("TTFT p95", "ttft_p95_ms"),
+          ("TPOT p90", "tpot_p90_ms"), ("TPOT p95", "tpot_p95_ms"),
+          ("E2E p90", "e2e_p90_ms"), ("E2E p95", "e2e_p95_ms")])]
+    tables = []
+    for title, columns in layouts:
+        table = Table(show_edge=False, header_style="bold", title=title, title_justify="left")
+        table.add_column("policy", no_wrap=True)
+        for header, _ in columns:
+            table.add_column(header, justify="right", no_wrap=True)
+        for name, m in rows:
+            table.add_row(name, *(_rate_or_ms(key, m.get(key)) for _, key in columns))
+        tables.append(table)
+    return tables
+
+
+def _rate_or_ms(key: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if key.startswith("e2e_"):
+        return f"{value / 1000:,.2f}"
+    return f"{value:,.2f}" if key.endswith(("_per_s", "_rps")) else fmt_ms(value)
 
 
 def problem_help() -> str:

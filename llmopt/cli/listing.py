@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from llmopt.cli.common import command, out
+from llmopt.cli.common import command, print_table
 from llmopt.data.cost import available_profiles, load_profile
-from llmopt.data.traces import TRACE_FORMATS
+from llmopt.data.trace_formats import TRACE_FORMATS
 from llmopt.errors import LlmoptError, OptionError
 from llmopt.policies.registry import POLICIES, ROUTERS
 from llmopt.problems.registry import FAMILIES, PROBLEMS
@@ -37,7 +37,7 @@ def list_(
         sys.stdout.write(registry_markdown(what))
         return
     for table in tables(what):
-        out.print(table)
+        print_table(table)
 
 
 def rows(what: str) -> tuple[list[str], list[list[str]]]:

@@ -16,32 +16,33 @@ from llmopt.cli.common import (
     check_out_dir,
     command,
     err,
+    latency_tables,
     metrics_table,
     out,
     policy_help,
+    print_table,
     progress,
     router_help,
     write_solution,
 )
 from llmopt.data.instance import Instance, load_instance
-from llmopt.errors import LlmoptError, OptionError, SolutionFileError
-from llmopt.files import out_path
-from llmopt.policies.registry import DEFAULT_POLICIES, POLICIES
-from llmopt.policies.replay import replay_result
-from llmopt.policies.slice.replay import LADDER_COLUMNS, is_slice_policy, slice_result
+from llmopt.errors import LlmoptError, OptionError, SolutionFileError, unknown_name
+from llmopt.files import out_path, sidecar_name
+from llmopt.policies.registry import POLICIES, Engine, default_policies, slice_policies
+from llmopt.policies.replay import Replayed, replay_policy
+from llmopt.policies.slice.replay import LADDER_COLUMNS
 from llmopt.report import plot as plots
 from llmopt.report.slice_plot import plot_slices
-from llmopt.report.slo_plot import slo_cdf_figure
+from llmopt.report.slo_plot import itl_cdf_figure, slo_cdf_figure
 from llmopt.result import read_solution
 from llmopt.schedule import Schedule
-from llmopt.schedule.io import sidecar_name
 
 
 def parse_policies(text: str | None, family: str, command: str) -> list[str]:
-    """Comma-separated policy names (default: ``DEFAULT_POLICIES`` of the instance's family
+    """Comma-separated policy names (default: the registry's defaults of the instance's family
     for ``command``)."""
     if text is None:
-        defaults = DEFAULT_POLICIES.get(family, {}).get(command)
+        defaults = default_policies(family, command)
         if not defaults:
             raise OptionError(f"no default policies for profile family {family!r}: give "
                               "--policy", field="--policy")
@@ -49,8 +50,9 @@ def parse_policies(text: str | None, family: str, command: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
-        raise OptionError(f"unknown policy (known: {', '.join(POLICIES)})",
-                          field="--policy", value=unknown[0] if unknown else text)
+        shown = unknown[0] if unknown else text
+        raise OptionError(unknown_name("policy", shown, POLICIES), field="--policy",
+                          value=shown)
     return names
 
 
@@ -82,29 +84,17 @@ offline, online, hybrid; InferMax: every scheduler)."""
                                 "was made for other data", file=plan, field="instance_sha256",
                                 value=plan_data["instance_sha256"])
     shown = progress(verbose)
-    if router is not None and any(is_slice_policy(n) for n in names):
-        raise OptionError("the slice-level schedulers (sls, so, pm, ab, lb, scls) dispatch "
-                          "by their own rule; no router applies", field="--router",
+    if router is not None and any(POLICIES[n].engine is Engine.SLICE for n in names):
+        raise OptionError(f"the slice-level schedulers ({', '.join(slice_policies())}) "
+                          "dispatch by their own rule; no router applies", field="--router",
                           value=router)
     rows, written = [], []
     slice_rows: list[tuple[str, dict]] = []
     schedules: dict[str, Schedule] = {}
     failed: list[tuple[str, LlmoptError]] = []
     for name in names:
-        if is_slice_policy(name):
-            try:
-                metrics, paths = replay_slice_policy(inst, name, out_dir, plot)
-            except LlmoptError as exc:
-                if len(names) == 1:
-                    raise exc from None
-                failed.append((name, exc))
-                continue
-            slice_rows.append((name, metrics))
-            written += paths
-            continue
         try:
-            result, schedule = replay_result(inst, name, plan=plan_data, router=router,
-                                             progress=shown)
+            replayed = replay_policy(inst, name, plan=plan_data, router=router, progress=shown)
         except LlmoptError as exc:
             if plan and name == "plan" and isinstance(exc, SolutionFileError) and not exc.file:
                 exc = exc.in_file(plan)
@@ -114,22 +104,24 @@ offline, online, hybrid; InferMax: every scheduler)."""
             continue
         finally:
             shown.done()
-        rows.append((name, result.data["metrics"]))
-        schedules[name] = schedule
-        base = out_path(out_dir, inst.name, f"replay-{name}")
-        path = write_solution(result, base.with_suffix(".json"), inst)
-        written += [path, path.parent / sidecar_name(path)]
-        if plot:
-            ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
-                                    metrics=result.data["metrics"])
-            written.append(plots.save(ax, base.with_suffix(".png")))
+        written += write_replay(inst, name, replayed, out_dir, plot)
+        if replayed.schedule is None:
+            slice_rows.append((name, replayed.metrics))
+            continue
+        rows.append((name, replayed.metrics))
+        schedules[name] = replayed.schedule
     if plot and schedules and inst.has_slos:
         written.append(plots.save(slo_cdf_figure(inst, schedules),
                                   out_path(out_dir, inst.name, "slo-cdf.png")))
+    if plot and schedules:
+        written.append(plots.save(itl_cdf_figure(inst, schedules),
+                                  out_path(out_dir, inst.name, "itl-cdf.png")))
     if rows:
-        out.print(metrics_table(rows))
+        print_table(metrics_table(rows))
+        for table in latency_tables(rows):
+            print_table(table)
     if slice_rows:
-        out.print(slice_metrics_table(slice_rows))
+        print_table(slice_metrics_table(slice_rows))
     for path in written:
         out.print(f"wrote {path}")
     for name, reason in failed:
@@ -141,17 +133,26 @@ offline, online, hybrid; InferMax: every scheduler)."""
         raise typer.Exit(2)
 
 
-def replay_slice_policy(inst: Instance, name: str, out_dir: Path,
-                        plot: bool) -> tuple[dict, list[Path]]:
-    """A slice-level scheduler (Cheng et al. 2024) on the instance's model instances: the
-    solution JSON with the slice schedule (mode ``slices``) and, with ``plot``, the Gantt of its
-    slices; its metrics and the paths written."""
-    result, sliced = slice_result(inst, name)
+def write_replay(inst: Instance, name: str, replayed: Replayed, out_dir: Path,
+                 plot: bool) -> list[Path]:
+    """The solution JSON (its schedule in a Parquet file beside it, or the slice schedule
+    inline for a slice-level replay) and, with ``plot``, its chart; the paths written."""
     base = out_path(out_dir, inst.name, f"replay-{name}")
-    written = [write_solution(result, base.with_suffix(".json"), inst)]
-    if plot:
-        written.append(plots.save(plot_slices(sliced), base.with_suffix(".png")))
-    return result.data["metrics"], written
+    path = write_solution(replayed.result, base.with_suffix(".json"), inst)
+    written = [path]
+    schedule = replayed.schedule
+    if schedule is not None:
+        written.append(path.parent / sidecar_name(path))
+    if not plot:
+        return written
+    if schedule is not None:
+        ax = plots.gantt_figure(inst, schedule.segments, schedule.iterations, policy=name,
+                                metrics=replayed.metrics, requests=schedule.requests)
+    else:
+        assert replayed.slices is not None
+        ax = plot_slices(replayed.slices)
+    written.append(plots.save(ax, base.with_suffix(".png")))
+    return written
 
 
 def slice_metrics_table(rows: list[tuple[str, dict]]) -> Table:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -19,18 +20,20 @@ from llmopt.cli.common import (
     err,
     fmt_ms,
     out,
+    print_table,
     problem_help,
     progress,
     solver_help,
     write_solution,
 )
 from llmopt.data.instance import Instance, load_instance
-from llmopt.files import out_path
+from llmopt.files import out_path, sidecar_name
+from llmopt.plugins import load
 from llmopt.problems.api import resolve_options
 from llmopt.problems.api import solve as run_solve
+from llmopt.problems.registry import PROBLEMS, Option
 from llmopt.report import plot as plots
 from llmopt.result import Result, read_solution
-from llmopt.schedule.io import sidecar_name
 from llmopt.validate import check_solution
 
 
@@ -40,32 +43,19 @@ def solve(
     problem: Annotated[str | None, typer.Option("--problem", "-p", help=problem_help())] = None,
     solver: Annotated[str | None, typer.Option("--solver", "-s", help=solver_help())] = None,
     time_limit: TimeLimitOpt = None,
-    formulation: Annotated[str | None, typer.Option(
-        help="pd-competition: original (eqs 1–25) | compact")] = None,
-    bins: Annotated[int | None, typer.Option(
-        help="pd-competition: number of bins K; infermax-csp: number of batches N.")] = None,
-    time_model: Annotated[str | None, typer.Option(
-        help="pd-competition: stage (the MIP's) | replay (batch-dependent rounds)")] = None,
-    literal: Annotated[bool, typer.Option(
-        "--literal", help="pd-competition original: eq 13 as printed, no w ≤ d link.")] = False,
-    no_cuts: Annotated[bool, typer.Option(
-        "--no-cuts", help="pd-competition original: no symmetry cuts or valid inequalities.")
-    ] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for solutions.")] = Path(
         "solutions"),
     plot: Annotated[bool, typer.Option(help="Also write a PNG chart.")] = True,
     verbose: VerboseOpt = False,
+    **options: Any,
 ) -> None:
     """Solve a problem on an instance; write the solution JSON (its schedule, if any, in a
     Parquet file beside it) and, when there is a schedule or an assignment to draw, a PNG under
     OUT/<instance name>/<problem>-<solver>.*"""
     check_number(time_limit, "--time-limit", zero_ok=True)
-    check_number(bins, "--bins")
     check_out_dir(out_dir)
     inst = load_instance(instance)
     problem, solver, time_limit = resolve_options(inst, problem, solver, time_limit)
-    options = {"formulation": formulation, "bins": bins, "time_model": time_model,
-               "literal": True if literal else None, "cuts": False if no_cuts else None}
     result = run_solve(inst, problem, solver, time_limit, progress=progress(verbose),
                        **options)
     show(result)
@@ -81,12 +71,50 @@ def solve(
         if result.schedule is not None:
             ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,
                                     policy=f"{result.problem} ({result.solver})",
-                                    metrics=result.data.get("metrics"))
+                                    metrics=result.data.get("metrics"),
+                                    requests=result.schedule.requests)
         else:
             ax = plots.plot_assignment(inst, result.to_dict(inst))
         out.print(f"wrote {plots.save(ax, base.with_suffix('.png'))}")
     if result.status == "error":
         raise typer.Exit(1)
+
+
+def problem_options() -> list[inspect.Parameter]:
+    """A command-line option for every option of a registered problem (``ProblemInfo.options``:
+    ``--max-batch`` for ``max_batch``), its help naming the problems that take it; unset, it
+    is not passed (the problem's default applies). A range is enforced here when every problem
+    taking the option states the same one."""
+    taken: dict[str, list[tuple[str, Option]]] = {}
+    for info in PROBLEMS.values():
+        for name, option in info.options.items():
+            taken.setdefault(name, []).append((info.name, option))
+    made = []
+    for name, uses in taken.items():
+        kind = uses[0][1].kind
+        flag = name.replace("_", "-")
+        text = "; ".join(f"{problem}: {option.help}" for problem, option in uses) + "."
+        ranges = {(option.low, option.high) for _, option in uses}
+        low, high = ranges.pop() if len(ranges) == 1 else (None, None)
+        info_: Any
+        if kind is bool:
+            info_ = typer.Option(f"--{flag}/--no-{flag}", help=text, show_default=False)
+        else:
+            info_ = typer.Option(f"--{flag}", help=text, min=low, max=high)
+        made.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                      annotation=Annotated[kind | None, info_]))
+    return made
+
+
+def _with_problem_options(fn: Any) -> None:
+    """``fn``'s signature, as typer reads it, with :func:`problem_options` for its
+    ``**options``."""
+    own = inspect.signature(fn, eval_str=True)
+    fixed = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    fn.__signature__ = own.replace(parameters=[*fixed, *problem_options()])
+
+
+_with_problem_options(solve)
 
 
 def check_written(inst: Instance, path: Path) -> None:
@@ -113,17 +141,14 @@ def show(result: Result) -> None:
     table.add_row(result.problem, result.solver, result.status, fmt_ms(result.objective),
                   fmt_ms(result.bound), "—" if gap is None else f"{gap:.2%}",
                   f"{result.runtime_s:.2f} s")
-    out.print(table)
+    print_table(table)
     if result.proof:
         out.print(f"proof: {result.proof}")
     for note in result.notes:
         out.print(f"note: {note}")
-    d = result.data
-    if "objective_replay_ms" in d:
-        out.print(f"{d['prefill_stages']} prefill stages, {d['decode_rounds']} decode rounds; "
-                  f"stage model {fmt_ms(d['objective_stage_model_ms'])} ms, replayed with "
-                  f"batch-dependent rounds {fmt_ms(d['objective_replay_ms'])} ms")
-        out.print("heuristics: " + ", ".join(f"{k} {fmt_ms(v)}" for k, v in
-                                               d["heuristics"].items()))
+    info = PROBLEMS.get(result.problem)
+    if info is not None and info.describe:
+        for line in load(info.describe)(result):
+            out.print(line)
     if result.interrupted:
         out.print("interrupted: the incumbent and the bound so far are kept")

@@ -14,10 +14,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from llmopt.cli.common import OneLineUsageErrors, check_out_dir, command, err, out
+from llmopt.cli.common import check_out_dir, command, err, out, print_table
+from llmopt.cli.usage import OneLineUsageErrors
 from llmopt.errors import InputFileError, OptionError
 from llmopt.report import plot as plots
-from llmopt.report.sweep_plot import check_columns, default_axes, plot_lines, plot_spread
+from llmopt.report.sweep_plot import (
+    check_columns,
+    default_axes,
+    plot_lines,
+    plot_spread,
+    set_title,
+)
 from llmopt.sweep.engines import ENGINES, check_engine, default_workers
 from llmopt.sweep.runner import (
     SweepInterrupted,
@@ -26,6 +33,7 @@ from llmopt.sweep.runner import (
     estimate,
     run_sweep,
 )
+from llmopt.sweep.search import Target
 from llmopt.sweep.spec import Sweep, load_sweep
 
 SUBCOMMANDS = ("run", "plot")
@@ -131,7 +139,8 @@ def run(
                   "the same command again to finish the others")
         raise typer.Exit(130) from None
     if plot and report.table["cell_status"].eq("ok").any():
-        drawn = _default_plot(report.table, sweep.name)
+        searched = (sweep.search.parameter, Target.of(sweep.search)) if sweep.search else None
+        drawn = _default_plot(report.table, sweep.name, searched)
         if drawn is not None:
             report.written.append(plots.save(drawn, folder / "plot.png"))
     _summary(sweep, report)
@@ -168,7 +177,7 @@ def _summary(sweep: Sweep, report: SweepReport) -> None:
         name = sweep.search.parameter
         out.print(f"largest {name} with {report.search['target'].iloc[0]} (bisection; "
                   f"first failing: the smallest {name} probed that misses it):")
-        out.print(_frame_table(shown_search.rename(columns={
+        print_table(_frame_table(shown_search.rename(columns={
             f"largest_{name}": "largest", f"first_failing_{name}": "first failing",
             f"{sweep.search.metric}_at_largest": f"{sweep.search.metric} at largest",
             f"{sweep.search.metric}_at_first_failing":
@@ -194,15 +203,49 @@ def _frame_table(frame: pd.DataFrame) -> Table:
     return table
 
 
-def _default_plot(table: pd.DataFrame, name: str) -> Any:
-    x, y, hue = default_axes(table)
+def _default_plot(table: pd.DataFrame, name: str,
+                  searched: tuple[str, Target] | None = None) -> Any:
+    x, y, hue = _axes(table, searched)
     if y is None:
         return None
     if x is None and hue is None:
         return None
-    drawn = plot_lines(table, x, y, hue) if x is not None else plot_spread(table, y, str(hue))
-    drawn.set_title(f"{name}: {drawn.get_title()}", fontsize=10)
+    drawn = _draw(table, x, y, hue, searched)
+    set_title(drawn, f"{name}: {' '.join(drawn.get_title().split())}")
     return drawn
+
+
+def _axes(table: pd.DataFrame, searched: tuple[str, Target] | None
+          ) -> tuple[str | None, str | None, str | None]:
+    """The default plot's x, y and hue: a search's parameter and metric, else
+    ``default_axes``."""
+    x, y, hue = default_axes(table)
+    if searched is not None and searched[1].metric in table and searched[0] in table:
+        return searched[0], searched[1].metric, hue
+    return x, y, hue
+
+
+def _draw(table: pd.DataFrame, x: str | None, y: str, hue: str | None,
+          searched: tuple[str, Target] | None) -> Any:
+    if x is None:
+        return plot_spread(table, y, str(hue))
+    target = searched[1] if searched is not None and searched[1].metric == y else None
+    return plot_lines(table, x, y, hue, target=target.value if target else None,
+                      target_label=("target: " + str(target).replace(">=", "≥").replace("<=", "≤")
+                                    if target else "target"))
+
+
+def _searched(folder: Path) -> tuple[str, Target] | None:
+    """The parameter and target of the search a sweep folder holds (its search table)."""
+    path = folder / "search.parquet"
+    if not path.is_file():
+        return None
+    search = pd.read_parquet(path)
+    parameter = next((c.removeprefix("largest_") for c in search.columns
+                      if c.startswith("largest_")), None)
+    target = Target.parse(str(search["target"].iloc[0])) if "target" in search and len(
+        search) else None
+    return (parameter, target) if parameter and target else None
 
 
 @app.command("plot")
@@ -226,14 +269,15 @@ def plot_command(
         raise InputFileError("no results.parquet here: not a sweep's output folder, or the "
                              "sweep has not run", file=folder)
     table = pd.read_parquet(table_path)
-    dx, dy, dhue = default_axes(table)
+    searched = _searched(folder)
+    dx, dy, dhue = _axes(table, searched)
     x, y, hue = x or dx, y or dy, hue or dhue
     check_columns(table, x=x, y=y, hue=hue)
     if y is None:
         raise OptionError("no metric with values in the table; give --y", field="--y")
     if x is None and hue is None:
         raise OptionError("give --x, or --hue for a spread per value", field="--x")
-    drawn = plot_lines(table, x, y, hue) if x is not None else plot_spread(table, y, str(hue))
+    drawn = _draw(table, x, y, hue, searched)
     target = out_file or folder / f"plot-{y}-by-{x or hue}.png"
     check_out_dir(target.parent)
     out.print(f"wrote {plots.save(drawn, target)}")

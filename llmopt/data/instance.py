@@ -48,7 +48,7 @@ from llmopt.data.ranges import (
     MAX_TOKENS,
 )
 from llmopt.data.slo import SLO_FIELDS, SloSpec, Target, resolve_slos
-from llmopt.data.traces import TRACE_FORMATS, read_trace
+from llmopt.data.trace_formats import TRACE_FORMATS, read_trace
 from llmopt.errors import InstanceError, LlmoptError, TraceError
 from llmopt.files import (
     SAFE_NAME_RULE,

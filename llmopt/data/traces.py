@@ -1,40 +1,12 @@
-"""Request traces, one registered reader per format (``TRACE_FORMATS``): the Azure LLM inference
-trace raw or as published by Vidur, Vidur's length tables, Mooncake's JSON lines, BurstGPT's CSV and
-llmopt's own JSON lines.
-
-:func:`read_trace` gives rows ``{id, input_tokens, output_tokens, arrival_ms}``:
-
-- Ids are ``r<row>``, ``row`` being the 0-based data row of the file (for JSON lines, the 0-based
-  index among the non-blank lines), unless the format carries its own ids (``jsonl``'s ``id``).
-  Ids keep their row whatever is dropped, filtered out or reordered.
-- ``start`` and ``limit`` count requests in file order, after dropping failed requests
-  (BurstGPT rows with ``Response tokens`` 0) and the rows that the filters (``model``,
-  ``log_type``, BurstGPT only) leave out. The file is parsed ``CHUNK_ROWS`` rows at a time and
-  reading stops after the last selected request: the rows after it are never checked, whatever
-  the chunk size, so a selection from the head of a multi-GB file is fast. (A CSV line with the
-  wrong number of fields may still be reported from the chunk holding the last selected request.)
-- Every value read is checked (of a failed BurstGPT row, only its ``Response tokens``), rows that
-  a filter leaves out included: a bad value is a :class:`~llmopt.errors.TraceError` naming the
-  file, the column, the 0-based row of the file (the row of its id) and the value, or saying
-  that the value is missing (an empty cell, a key a JSON line does not give). Token counts are
-  integers >= 1 (negative ones are errors). A missing column is one error naming it and listing
-  the expected columns. Errors in the syntax of a JSON line name its line in the file (from 1).
-- Arrival times: if the selected requests' timestamps are not non-decreasing, they are sorted by
-  arrival time (a stable sort, so equal times keep file order) and a :class:`TraceWarning` names the
-  file and the first row out of order. Arrivals are then rebased so that the first request arrives
-  at 0 ms.
-- Formats without timestamps (a ``vidur`` length table without ``arrived_at``, ``jsonl`` without
-  ``arrival_ms``) give ``arrival_ms`` 0.0 on every row, or ``None`` with
-  ``timestamps_required=False``, so that the caller can generate arrivals instead.
-"""
+"""The trace readers of the formats registered in :mod:`llmopt.data.trace_formats` (which
+documents what :func:`read_trace` gives): each parses its file with pandas, in chunks, and checks
+every value it reads."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import warnings
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from llmopt.data.ranges import MAX_TOKENS
-from llmopt.errors import LlmoptWarning, TraceError
+from llmopt.data.trace_formats import TRACE_FORMATS, Selection, TraceWarning, read_trace
+from llmopt.errors import TraceError
 
 VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -56,115 +29,6 @@ BURSTGPT_FILTERS = {"model": "Model", "log_type": "Log Type"}   # read_trace key
 
 CHUNK_ROWS = 100_000
 """Rows (CSV) or records (JSON lines) parsed at a time."""
-
-
-class TraceWarning(LlmoptWarning):
-    """A trace was read, but not exactly as written (e.g. its requests were sorted by arrival)."""
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which requests of a trace to read: ``limit`` requests (all if None) from the ``start``-th,
-    in file order, among those matching the filters."""
-
-    start: int = 0
-    limit: int | None = None
-    model: str | None = None
-    log_type: str | None = None
-
-    @property
-    def need(self) -> int | None:
-        """How many requests to read from the head of the file (None: all)."""
-        return None if self.limit is None else self.start + self.limit
-
-
-@dataclass(frozen=True)
-class TraceFormat:
-    name: str
-    source: str
-    columns: str
-    # -> the first ``selection.need`` requests in file order, indexed by file row, columns id,
-    # input_tokens, output_tokens, arrival_ms (NaN on every row when the file has no timestamps)
-    read: Callable[[Path, Selection], pd.DataFrame]
-    filters: tuple[str, ...] = ()   # the keyword filters of read_trace that apply
-
-
-def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | None = None,
-               model: str | None = None, log_type: str | None = None,
-               timestamps_required: bool = True) -> list[dict[str, Any]]:
-    """Rows ``{id, input_tokens, output_tokens, arrival_ms}`` of a trace file: ``limit`` requests
-    (all if None) from the ``start``-th, sorted by arrival, the first arriving at 0 ms.
-
-    ``model`` and ``log_type`` keep only the BurstGPT rows with that ``Model`` / ``Log Type``.
-    Without timestamps in the file, ``arrival_ms`` is 0.0 on every row, or None when
-    ``timestamps_required`` is False (the caller then generates arrivals).
-    """
-    if not path.is_file():
-        raise TraceError("trace file not found", file=path)
-    if start < 0:
-        raise TraceError("must be at least 0", file=path, field="start", value=start)
-    if limit is not None and limit < 1:
-        raise TraceError("must be at least 1", file=path, field="limit", value=limit)
-    if fmt == "auto":
-        fmt = _guess_format(path)
-    if fmt not in TRACE_FORMATS:
-        raise TraceError(f"unknown trace format (one of: auto, {', '.join(TRACE_FORMATS)})",
-                         file=path, field="format", value=fmt)
-    spec = TRACE_FORMATS[fmt]
-    filters = {"model": model, "log_type": log_type}
-    for name, value in filters.items():
-        if value is not None and name not in spec.filters:
-            having = [f.name for f in TRACE_FORMATS.values() if name in f.filters]
-            raise TraceError(f"only the {', '.join(having)} format can filter by it (this trace "
-                             f"is read as {fmt!r})", file=path, field=name, value=value)
-    frame = spec.read(path, Selection(start, limit, model, log_type)).iloc[start:]
-    if frame.empty:
-        used = [name for name, value in filters.items() if value is not None]
-        if start > 0:
-            used.insert(0, "start")
-        dropped = " (failed requests, Response tokens 0, are dropped)" if fmt == "burstgpt" \
-            else ""
-        raise TraceError(f"no requests selected (check {', '.join(used)})" if used
-                         else f"the trace has no requests{dropped}", file=path)
-    if len(set(frame["id"])) != len(frame):
-        dup = frame["id"][frame["id"].duplicated()].iloc[0]
-        raise TraceError("duplicate request id", file=path, field="id", value=dup)
-    arrival = frame["arrival_ms"].to_numpy(dtype=float)
-    if np.isnan(arrival).all():
-        times: list[float | None] = [0.0 if timestamps_required else None] * len(frame)
-    else:
-        late = np.flatnonzero(np.diff(arrival) < 0)
-        if late.size:
-            row, before = frame.index[late[0] + 1], frame.index[late[0]]
-            warnings.warn(f"{path}: row {row} arrives before row {before} (rows counted from "
-                          f"0; timestamps out of order); the {len(frame)} selected requests "
-                          "are sorted by arrival time, ids keep their file row", TraceWarning,
-                          stacklevel=2)
-            order = np.argsort(arrival, kind="stable")
-            frame, arrival = frame.iloc[order], arrival[order]
-        times = [float(t) for t in arrival - arrival[0]]
-    rows = [
-        {"id": str(i), "input_tokens": int(a), "output_tokens": int(b), "arrival_ms": t}
-        for i, a, b, t in zip(frame["id"], frame["input_tokens"], frame["output_tokens"],
-                              times, strict=True)
-    ]
-    if "hash_ids" in frame:
-        for row, ids, size in zip(rows, frame["hash_ids"], frame["hash_block_tokens"],
-                                  strict=True):
-            row["hash_ids"], row["hash_block_tokens"] = ids, int(size)
-    return rows
-
-
-def _guess_format(path: Path) -> str:
-    if path.suffix not in (".jsonl", ".ndjson"):
-        return "burstgpt" if "Request tokens" in _csv_header(path) else "azure"
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        first = next((line for line in fh if line.strip()), "")
-    try:
-        keys = json.loads(first)
-    except json.JSONDecodeError:
-        return "jsonl"
-    return "mooncake" if isinstance(keys, dict) and "input_length" in keys else "jsonl"
 
 
 # --- reading in chunks --------------------------------------------------------------------------
@@ -223,7 +87,7 @@ def _csv_error(exc: Exception, path: Path) -> TraceError:
 _CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError)
 
 
-def _csv_header(path: Path) -> list[str]:
+def csv_header(path: Path) -> list[str]:
     try:
         return [str(c) for c in pd.read_csv(path, skipinitialspace=True, nrows=0).columns]
     except _CSV_ERRORS as exc:
@@ -294,9 +158,9 @@ def _missing_columns(path: Path, present: Iterable[str], required: Iterable[str]
 
 # --- the formats --------------------------------------------------------------------------------
 
-def _read_csv(path: Path, sel: Selection) -> pd.DataFrame:
+def read_csv(path: Path, sel: Selection) -> pd.DataFrame:
     """Vidur's columns (with or without ``arrived_at``) or the raw Azure ones."""
-    header = _csv_header(path)
+    header = csv_header(path)
     azure = not set(VIDUR_COLUMNS[1:]) <= set(header)
     if azure and not set(AZURE_COLUMNS) <= set(header):
         closest = AZURE_COLUMNS if set(AZURE_COLUMNS) & set(header) else VIDUR_COLUMNS[1:]
@@ -340,12 +204,12 @@ def _datetime_ms(col: pd.Series, path: Path, origin: list[pd.Timestamp]) -> np.n
                          field=str(col.name)) from exc
 
 
-def _read_burstgpt(path: Path, sel: Selection) -> pd.DataFrame:
+def read_burstgpt(path: Path, sel: Selection) -> pd.DataFrame:
     """BurstGPT: failed requests (``Response tokens`` 0) dropped, optional Model/Log Type filters.
     """
     wanted = {column: getattr(sel, field) for field, column in BURSTGPT_FILTERS.items()
               if getattr(sel, field) is not None}
-    _missing_columns(path, _csv_header(path),
+    _missing_columns(path, csv_header(path),
                      ["Timestamp", "Request tokens", "Response tokens", *wanted],
                      ", ".join(BURSTGPT_COLUMNS) + " (Total tokens is not read)")
     seen: dict[str, set[str]] = {column: set() for column in wanted}
@@ -410,7 +274,7 @@ def _required(raw: pd.DataFrame, keys: tuple[str, ...], path: Path) -> pd.DataFr
     return raw.reindex(columns=[*raw.columns, *(k for k in keys if k not in raw)])
 
 
-def _read_jsonl(path: Path, sel: Selection) -> pd.DataFrame:
+def read_jsonl(path: Path, sel: Selection) -> pd.DataFrame:
     ids, arrivals = _Optional("id", path), _Optional("arrival_ms", path)
     hashes, sizes = _Optional("hash_ids", path), _Optional("hash_block_tokens", path)
 
@@ -437,7 +301,7 @@ def _read_jsonl(path: Path, sel: Selection) -> pd.DataFrame:
     return _collect(_jsonl_chunks(path, sel.need), sel.need, _all_rows, convert)
 
 
-def _read_mooncake(path: Path, sel: Selection) -> pd.DataFrame:
+def read_mooncake(path: Path, sel: Selection) -> pd.DataFrame:
     hashes = _Optional("hash_ids", path)
 
     def convert(raw: pd.DataFrame) -> pd.DataFrame:
@@ -502,24 +366,5 @@ def _tokens(col: pd.Series, path: Path, name: str) -> np.ndarray:
     return values.astype(np.int64)
 
 
-TRACE_FORMATS: dict[str, TraceFormat] = {
-    f.name: f for f in [
-        TraceFormat("azure", "Azure LLM inference trace 2023 (Azure Public Dataset), raw or as "
-                    "processed by Vidur", "TIMESTAMP, ContextTokens, GeneratedTokens; or "
-                    "arrived_at (s), num_prefill_tokens, num_decode_tokens", _read_csv),
-        TraceFormat("vidur", "Vidur's processed traces and length tables (e.g. arXiv "
-                    "summarization)", "[arrived_at (s),] num_prefill_tokens, num_decode_tokens "
-                    "(all arrive at 0 ms without arrived_at)", _read_csv),
-        TraceFormat("mooncake", "Mooncake FAST'25 traces (kvcache-ai/Mooncake), with their "
-                    "prefix hash ids (512-token blocks)", "JSON lines: timestamp (ms), "
-                    "input_length, output_length, optionally hash_ids", _read_mooncake),
-        TraceFormat("jsonl", "llmopt's own", "JSON lines: input_tokens, output_tokens, "
-                    "optionally id, arrival_ms, hash_ids and hash_block_tokens (default 16)",
-                    _read_jsonl),
-        TraceFormat("burstgpt", "BurstGPT (HPMLL/BurstGPT), ChatGPT and GPT-4 usage in Azure "
-                    "OpenAI; failed requests (Response tokens 0) are dropped; filters: model, "
-                    "log_type", "Timestamp (s), Model, Request tokens, Response tokens, Log Type "
-                    "(Total tokens is not read)", _read_burstgpt,
-                    filters=("model", "log_type")),
-    ]
-}
+__all__ = ["CHUNK_ROWS", "TRACE_FORMATS", "Selection", "TraceWarning", "csv_header",
+           "read_burstgpt", "read_csv", "read_jsonl", "read_mooncake", "read_trace"]

@@ -1,14 +1,20 @@
 """Every scheduling policy and router llmopt can replay, in one place each, with its paper and a
-one-line description. The CLI's choices and help, ``llmopt list`` and the docs' tables come from
-here."""
+one-line description, its factory (``"module:function"``, loaded when the policy runs) and the
+engine it runs on; installed packages add theirs through the entry points ``llmopt.policies``
+and ``llmopt.routers`` (:mod:`llmopt.plugins`). The CLI's choices and help, ``llmopt list``,
+the docs' tables, the default policies of ``llmopt replay`` and ``llmopt compare``, and the
+heuristic incumbents of the solvers come from here; nothing else dispatches on a policy's name
+or family."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
-from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
+from llmopt.plugins import Registry
 from llmopt.policies.base import Router
 from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.routing import (
@@ -17,6 +23,22 @@ from llmopt.policies.routing import (
     RoundRobin,
     ShortestQueue,
 )
+from llmopt.policies.slo.baselines import SOLA_BASELINES, V1_SCHEDULERS
+from llmopt.result import Mode
+
+if TYPE_CHECKING:
+    from llmopt.data.instance import Instance
+
+
+class Engine(Enum):
+    """The simulation a policy runs on."""
+
+    #: ``llmopt.sim.cluster``: one iteration policy per replica; the factory returns a
+    #: ``Deployment`` (see ``llmopt.policies.deploy``)
+    ITERATION = "iteration"
+    #: ``llmopt.sim.slices``: padded static batches served a slice at a time; the factory
+    #: returns the scheduler (``llmopt.sim.slices.SlicePolicy``) from the policy's name
+    SLICE = "slice"
 
 
 @dataclass(frozen=True)
@@ -26,14 +48,18 @@ class PolicyInfo:
     paper: str
     where: str       # section, algorithm or table
     summary: str
-    #: continuous batching (chunked prefill, mixed iterations) on a family other than infermax
-    continuous: bool = False
-
-    @property
-    def mode(self) -> str:
-        """The solution files' ``mode`` of its schedules."""
-        return ("continuous" if self.family == "infermax" or self.continuous
-                else "pd_competition")
+    deploy: str | Callable[..., Any] = ""  # its factory (see Engine), "module:function"
+    engine: Engine = Engine.ITERATION
+    #: the solution files' ``mode`` of its schedules (None: the plan's, for ``plan``)
+    mode: Mode | None = Mode.CONTINUOUS
+    #: replayed by ``llmopt replay`` / ``llmopt compare`` when no --policy is given
+    replay_default: bool = True
+    compare_default: bool = True
+    #: ignores a limit of the system (unlimited KV memory): its schedules are marked so, and
+    #: it is never a solver's incumbent
+    hypothetical: bool = False
+    #: the exact problems (and bounds) whose solvers start from its schedule
+    incumbent_for: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,74 +69,102 @@ class RouterInfo:
     make: Callable[[], Router]
 
 
+@dataclass(frozen=True)
+class PlanFollower:
+    """Who follows a solution's plan (``--policy plan --plan FILE``): the first follower whose
+    ``field`` of the solution equals ``value``, else ``DEFAULT_PLAN_FOLLOWER``."""
+
+    field: str
+    value: str
+    deploy: str
+
+
 PANG = "Pang et al. 2025"
 KIM = "Kim et al. 2025 (InferMax)"
 SOLA = "Hong et al. 2025 (SOLA)"
 V1 = "vLLM V1 (v0.11)"
 HUANG = "Huang et al. 2025"
 SCLS = "Cheng et al. 2024 (SCLS)"
-# the slice-level schedulers of llmopt.policies.slice (names of its SCHEDULERS, Fig. 15's order);
-# listed here rather than imported: the batcher and offloader load Pyomo and OR-Tools
-SLICE_POLICIES = ("sls", "so", "pm", "ab", "lb", "scls")
+ATTAINMENT = "attainment"  # the exact bound on SLO attainment (not a registered problem)
+SLICE_FACTORY = "llmopt.policies.slice.schedulers:scheduler"
 
-POLICIES: dict[str, PolicyInfo] = {
-    p.name: p for p in [
-        PolicyInfo("baseline", "pang_linear", PANG, "section V (vLLM's default)",
-                   "one FCFS queue, prefill-first"),
-        PolicyInfo("offline", "pang_linear", PANG, "section IV.B, eqs 26–30",
-                   "per-client queues from the optimal bin packing, prefill-first"),
-        PolicyInfo("online", "pang_linear", PANG, "Algorithm 1 without the offline stage",
-                   "round-robin queues sorted longest first, idle clients steal"),
-        PolicyInfo("iteration", "pang_linear", PANG, "section IV.D, eqs 41–43",
-                   "one FCFS queue, prefill stages by the Lagrangian rule"),
-        PolicyInfo("hybrid", "pang_linear", PANG, "Algorithm 1 with eqs 26–30 and 41–43",
-                   "bin-packing queues, longest first, stealing, Lagrangian prefill timing"),
+
+def _pang(name: str, where: str, summary: str, replay_default: bool = True) -> PolicyInfo:
+    return PolicyInfo(name, "pang_linear", PANG, where, summary,
+                      "llmopt.policies.pang.deploy:deploy", mode=Mode.PD_COMPETITION,
+                      replay_default=replay_default, incumbent_for=("pd-competition",))
+
+
+def _slice(name: str, where: str, summary: str) -> PolicyInfo:
+    return PolicyInfo(name, "scls", SCLS, where, summary, SLICE_FACTORY, Engine.SLICE,
+                      mode=Mode.SLICES)
+
+
+POLICIES: Registry[PolicyInfo] = Registry("llmopt.policies", PolicyInfo, [
+        _pang("baseline", "section V (vLLM's default)", "one FCFS queue, prefill-first"),
+        _pang("offline", "section IV.B, eqs 26–30",
+              "per-client queues from the optimal bin packing, prefill-first"),
+        _pang("online", "Algorithm 1 without the offline stage",
+              "round-robin queues sorted longest first, idle clients steal"),
+        _pang("iteration", "section IV.D, eqs 41–43",
+              "one FCFS queue, prefill stages by the Lagrangian rule", replay_default=False),
+        _pang("hybrid", "Algorithm 1 with eqs 26–30 and 41–43",
+              "bin-packing queues, longest first, stealing, Lagrangian prefill timing"),
         *[PolicyInfo(name, "infermax", KIM,
                      "section 6" if name in ("evict-short", "vllm-unlimited")
                      else "section 4.6" if name.startswith("rank") else "Algorithm 1, Table 1",
-                     cfg.description)
+                     cfg.description, "llmopt.policies.infermax.deploy:deploy",
+                     hypothetical=cfg.unlimited_memory,
+                     incumbent_for=() if cfg.unlimited_memory else ("infermax-csp", ATTAINMENT))
           for name, cfg in SCHEDULERS.items()],
-        # issue 15's baselines are in SCHEDULERS too; these entries (later in the list) give
-        # them their own paper and place
-        *[PolicyInfo(name, "infermax", SOLA, "section 6.1", cfg.description)
-          for name, cfg in SCHEDULERS.items() if cfg.source == "sola"],
+        # issue 15's baselines: replayed when named, not by default
+        *[PolicyInfo(name, "infermax", SOLA, "section 6.1", cfg.description,
+                     "llmopt.policies.slo.deploy:deploy_baseline", replay_default=False,
+                     compare_default=False, incumbent_for=("infermax-csp", ATTAINMENT))
+          for name, cfg in SOLA_BASELINES.items()],
         *[PolicyInfo(name, "infermax", V1, "vllm/v1/core/sched/scheduler.py, schedule()",
-                     cfg.description)
-          for name, cfg in SCHEDULERS.items() if cfg.source == "vllm-v1"],
+                     cfg.description, "llmopt.policies.slo.deploy:deploy_v1",
+                     replay_default=False, compare_default=False,
+                     incumbent_for=("infermax-csp", ATTAINMENT))
+          for name, cfg in V1_SCHEDULERS.items()],
         PolicyInfo("sola", "infermax", SOLA, "sections 4 and 5, Algorithm 1, Table 2, eqs 1–5",
                    "state-aware: TTFT or TPOT optimized subject to the other per iteration, "
-                   "deadline-ordered prefills, peak-memory-aware admission (needs SLOs)"),
-        PolicyInfo("sls", "scls", SCLS, "section 5.1 (baseline; Fig. 15 step 1)",
-                   "sequence-level: round-robin at arrival, FCFS static batches of 16 "
-                   "generated to completion (S = 1024)"),
-        PolicyInfo("so", "scls", SCLS, "section 5.4 (Fig. 15 step 2)",
-                   "slice-only: SLS with slices of S = 128, unfinished requests re-sent "
-                   "round-robin"),
-        PolicyInfo("pm", "scls", SCLS, "section 5.4 (Fig. 15 step 3)",
-                   "padding-mitigating: central pool every 6 s, eq 10's DP with at most 16 "
-                   "per batch, round-robin offloading"),
-        PolicyInfo("ab", "scls", SCLS, "section 5.4, Algorithm 1 (Fig. 15 step 4)",
-                   "adaptive batching: PM with Algorithm 1's DP unlimited (eqs 1–10)"),
-        PolicyInfo("lb", "scls", SCLS, "section 5.4, eq 11 (Fig. 15 step 5)",
-                   "load balancing: AB with max-min offloading and the load decrement"),
-        PolicyInfo("scls", "scls", SCLS, "section 4, Algorithm 1, eqs 1–12 (Fig. 15 step 6)",
-                   "SCLS: LB with the adaptive interval of eq 12 (lambda 0.5, Gamma 6 s)"),
+                   "deadline-ordered prefills, peak-memory-aware admission (needs SLOs)",
+                   "llmopt.policies.slo.deploy:deploy_sola", replay_default=False,
+                   compare_default=False, incumbent_for=(ATTAINMENT,)),
+        _slice("sls", "section 5.1 (baseline; Fig. 15 step 1)",
+               "sequence-level: round-robin at arrival, FCFS static batches of 16 "
+               "generated to completion (S = 1024)"),
+        _slice("so", "section 5.4 (Fig. 15 step 2)",
+               "slice-only: SLS with slices of S = 128, unfinished requests re-sent "
+               "round-robin"),
+        _slice("pm", "section 5.4 (Fig. 15 step 3)",
+               "padding-mitigating: central pool every 6 s, eq 10's DP with at most 16 "
+               "per batch, round-robin offloading"),
+        _slice("ab", "section 5.4, Algorithm 1 (Fig. 15 step 4)",
+               "adaptive batching: PM with Algorithm 1's DP unlimited (eqs 1–10)"),
+        _slice("lb", "section 5.4, eq 11 (Fig. 15 step 5)",
+               "load balancing: AB with max-min offloading and the load decrement"),
+        _slice("scls", "section 4, Algorithm 1, eqs 1–12 (Fig. 15 step 6)",
+               "SCLS: LB with the adaptive interval of eq 12 (lambda 0.5, Gamma 6 s)"),
         PolicyInfo("ils", "scls", SCLS, "section 5.1 (baseline: DeepSpeed-FastGen)",
                    "iteration-level: SARATHI's continuous batching (decodes first, hybrid, "
                    "chunked prefill P = 512) on eqs 3-4 per request, round-robin, at most "
                    "system.clients running (first token from the first decode)",
-                   continuous=True),
+                   "llmopt.policies.slice.ils:deploy"),
         PolicyInfo("huang-vllm", "bilinear", HUANG, "section 5.1 (baseline: vLLM v0.6.0)",
                    "vLLM's continuous batching, FCFS, prefill-first, no chunked prefill, on the "
-                   "bilinear predictor (first token from the first decode, I + O KVs reserved)"),
+                   "bilinear predictor (first token from the first decode, I + O KVs reserved)",
+                   "llmopt.policies.slo_priority.deploy:deploy_vllm",
+                   mode=Mode.PD_COMPETITION),
         PolicyInfo("plan", "any", "llmopt", "solution files",
                    "a solver's plan followed exactly (--plan SOLUTION): PD stages, "
-                   "InferMax batches or slo-priority static batches"),
-    ]
-}
+                   "InferMax batches or slo-priority static batches",
+                   "llmopt.policies.replay:follow_plan", mode=None, replay_default=False,
+                   compare_default=False),
+])
 
-ROUTERS: dict[str, RouterInfo] = {
-    r.name: r for r in [
+ROUTERS: Registry[RouterInfo] = Registry("llmopt.routers", RouterInfo, [
         RouterInfo("round-robin", "requests dealt to the replicas in turn, in arrival order",
                    RoundRobin),
         RouterInfo("least-outstanding-tokens", "the replica with the fewest tokens left to "
@@ -119,28 +173,44 @@ ROUTERS: dict[str, RouterInfo] = {
                    ShortestQueue),
         RouterInfo("most-free-memory", "the replica with the most free KV memory",
                    MostFreeMemory),
-    ]
-}
+])
 
-
-# what ``llmopt replay`` and ``llmopt compare`` run when no --policy is given
-DEFAULT_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "pang_linear": {"replay": ("baseline", "offline", "online", "hybrid"),
-                    "compare": ("baseline", "offline", "online", "iteration", "hybrid")},
-    "infermax": {"replay": tuple(SCHEDULERS), "compare": tuple(SCHEDULERS)},
-    "scls": {"replay": (*SLICE_POLICIES, "ils"), "compare": (*SLICE_POLICIES, "ils")},
-}
-DEFAULT_POLICIES["bilinear"] = {"replay": ("huang-vllm",), "compare": ("huang-vllm",)}
-# the issue 15 baselines run when named, not by default: the defaults stay InferMax's schedulers
-DEFAULT_POLICIES["infermax"] = {
-    command: tuple(p for p in names if SCHEDULERS[p].source == "infermax")
-    for command, names in DEFAULT_POLICIES["infermax"].items()}
+PLAN_FOLLOWERS = [
+    PlanFollower("problem", "slo-priority", "llmopt.policies.slo_priority.deploy:follow_plan"),
+    PlanFollower("mode", Mode.CONTINUOUS, "llmopt.policies.infermax.deploy:deploy_plan"),
+]
+DEFAULT_PLAN_FOLLOWER = "llmopt.policies.pang.deploy:deploy_plan"  # assignments and stages
 
 
 def policy_names(family: str | None = None) -> list[str]:
     """Policy names, those for profile ``family`` (and ``plan``) when given."""
     return [name for name, info in POLICIES.items()
             if family is None or info.family in (family, "any")]
+
+
+def default_policies(family: str, command: str) -> list[str]:
+    """What ``llmopt replay`` or ``llmopt compare`` (``command``) runs without --policy."""
+    wanted = "replay_default" if command == "replay" else "compare_default"
+    return [name for name, info in POLICIES.items()
+            if info.family == family and getattr(info, wanted)]
+
+
+def slice_policies() -> list[str]:
+    return [name for name, info in POLICIES.items() if info.engine is Engine.SLICE]
+
+
+def incumbent_policies(problem: str) -> list[str]:
+    """The policies whose schedules start ``problem``'s solvers, in the registry's order."""
+    return [name for name, info in POLICIES.items() if problem in info.incumbent_for]
+
+
+def plan_follower(plan: Mapping[str, Any] | None) -> str:
+    """The factory that follows a solution's plan (see :class:`PlanFollower`)."""
+    if isinstance(plan, Mapping):
+        for follower in PLAN_FOLLOWERS:
+            if plan.get(follower.field) == follower.value:
+                return follower.deploy
+    return DEFAULT_PLAN_FOLLOWER
 
 
 def check_family(instance: Instance, policy: str) -> None:
@@ -151,3 +221,4 @@ def check_family(instance: Instance, policy: str) -> None:
                             f"model is of family {profile.family} (its policies: "
                             f"{', '.join(policy_names(profile.family))})",
                             file=instance.label(), field="model", value=profile.name)
+

@@ -1,80 +1,90 @@
 """Replay: a registered policy (or a solver's plan) simulated on an instance.
 
-``replay(instance, "hybrid")`` deploys the policy on every replica of the system (one policy
-per replica, the policy's router or the one asked for) and runs the cluster simulation; it
-returns a :class:`~llmopt.schedule.Schedule`. ``replay_result`` wraps it in a solution
-:class:`~llmopt.result.Result` (problem ``replay``).
+``replay(instance, "hybrid")`` deploys an iteration-level policy on every replica of the system
+(one policy per replica, the policy's router or the one asked for), by the factory its registry
+entry names, and runs the cluster simulation; it returns a :class:`~llmopt.schedule.Schedule`.
+``replay_result`` wraps it in a solution :class:`~llmopt.result.Result` (problem ``replay``).
+``replay_policy`` replays any registered policy, on the engine its entry names (iteration or
+slice level), as a :class:`Replayed`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError
+from llmopt.errors import OptionError, unknown_name
 from llmopt.plugins import load
-from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES, check_family
+from llmopt.policies.base import Router
+from llmopt.policies.registry import POLICIES, ROUTERS, Engine, check_family, plan_follower
 from llmopt.progress import SILENT, Progress
-from llmopt.result import Result
+from llmopt.result import Mode, Result
 from llmopt.schedule import Schedule
-from llmopt.schedule.metrics import slo_metrics
 from llmopt.sim.cluster import Deployment, simulate
 from llmopt.version import __version__
 
+if TYPE_CHECKING:
+    from llmopt.sim.slices import SliceReplay
 
-def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
-               router: str | None = None, progress: Progress = SILENT) -> Deployment:
-    """The policies and router that replay ``policy`` on ``instance``."""
+
+def _checked(instance: Instance, policy: str, router: str | None) -> Router | None:
+    """The policy known and of the instance's family, the router known; the router made."""
     if policy not in POLICIES:
-        raise OptionError(f"unknown policy (known: {', '.join(POLICIES)})", field="--policy",
+        raise OptionError(unknown_name("policy", policy, POLICIES), field="--policy",
                           value=policy)
     if router is not None and router not in ROUTERS:
-        raise OptionError(f"unknown router (known: {', '.join(ROUTERS)})", field="--router",
+        raise OptionError(unknown_name("router", router, ROUTERS), field="--router",
                           value=router)
     check_family(instance, policy)
-    if policy in SLICE_POLICIES:
+    return ROUTERS[router].make() if router else None
+
+
+def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
+               router: str | None = None, progress: Progress = SILENT,
+               name: str | None = None) -> Deployment:
+    """The policies and router that replay the iteration-level ``policy`` on ``instance``
+    (the schedule named ``name``, by default the policy's)."""
+    chosen = _checked(instance, policy, router)
+    info = POLICIES[policy]
+    if info.engine is not Engine.ITERATION:
         raise OptionError("schedules slices (padded static batches that move between model "
                           "instances), not iterations: replay it with `llmopt replay` or "
                           "llmopt.policies.slice.replay.slice_result", field="--policy",
                           value=policy)
-    chosen = ROUTERS[router].make() if router else None
-    if POLICIES[policy].family == "scls":  # iteration-level on Cheng et al.'s profile: ILS
-        return load("llmopt.policies.slice.ils:deploy")(instance, router=chosen)
-    if POLICIES[policy].family == "bilinear" or (
-            policy == "plan" and isinstance(plan, Mapping)
-            and plan.get("problem") == "slo-priority"):  # Huang et al.'s static batches
-        return load("llmopt.policies.slo_priority:deploy")(instance, policy, plan=plan,
-                                                            router=chosen)
-    if policy == "plan" and isinstance(plan, Mapping) and plan.get("mode") == "continuous":
-        if chosen is not None:
-            raise OptionError("a plan of batches fixes its replica; no router applies",
-                              field="--router", value=router)
-        return load("llmopt.policies.infermax:deploy_plan")(instance, plan)
-    if policy == "sola" or (policy in SCHEDULERS and SCHEDULERS[policy].engine != "unified"):
-        return load("llmopt.policies.slo:deploy")(instance, policy, router=chosen)
-    if policy in SCHEDULERS:
-        return load("llmopt.policies.infermax:deploy")(instance, policy, router=chosen)
-    # the Pang policies need the bin packing (Pyomo, OR-Tools): loaded when used
-    return load("llmopt.policies.pang:deploy")(instance, policy, plan=plan, router=chosen,
-                                               progress=progress)
+    made: Deployment = load(info.deploy)(instance, name or policy, plan=plan, router=chosen,
+                                         progress=progress)
+    return made
 
 
-def mode_of(policy: str, plan: Mapping[str, Any] | None = None) -> str:
-    """``continuous`` for InferMax's schedulers and batch plans, ``pd_competition`` else."""
-    if policy == "plan":
-        return "continuous" if (plan or {}).get("mode") == "continuous" else "pd_competition"
-    return POLICIES[policy].mode if policy in POLICIES else "pd_competition"
+def follow_plan(instance: Instance, name: str = "plan", *,
+                plan: Mapping[str, Any] | None = None, router: Router | None = None,
+                progress: Progress = SILENT) -> Deployment:
+    """The factory of policy ``plan``: the plan's follower (``registry.PLAN_FOLLOWERS``)."""
+    made: Deployment = load(plan_follower(plan))(instance, name, plan=plan, router=router,
+                                                 progress=progress)
+    return made
+
+
+def mode_of(policy: str, plan: Mapping[str, Any] | None = None) -> Mode:
+    """The ``mode`` of ``policy``'s schedules (of a plan's, for policy ``plan``)."""
+    mode = POLICIES[policy].mode if policy in POLICIES else Mode.PD_COMPETITION
+    if mode is None:
+        return Mode.CONTINUOUS if (plan or {}).get("mode") == Mode.CONTINUOUS \
+            else Mode.PD_COMPETITION
+    return mode
 
 
 def replay(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
            router: str | None = None, progress: Progress = SILENT,
-           fast: bool = True) -> Schedule:
+           fast: bool = True, name: str | None = None) -> Schedule:
     """Simulate ``instance`` under ``policy``; ``plan`` is a solution dict for policy
-    ``plan``; ``router`` a name of ``ROUTERS`` (default: the policy's own)."""
-    chosen = deployment(instance, policy, plan=plan, router=router, progress=progress)
+    ``plan``; ``router`` a name of ``ROUTERS`` (default: the policy's own); ``name`` names
+    the schedule (default: the policy)."""
+    chosen = deployment(instance, policy, plan=plan, router=router, progress=progress,
+                        name=name)
     return simulate(instance, chosen, fast=fast, progress=progress)
 
 
@@ -85,7 +95,7 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
     t0 = time.perf_counter()
     schedule = replay(instance, policy, plan=plan, router=router, progress=progress)
     runtime = time.perf_counter() - t0
-    metrics = {**schedule.metrics(), **slo_metrics(schedule, instance)}
+    metrics = schedule.metrics(instance)
     result = Result(
         problem="replay", solver=policy, status="feasible",
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
@@ -96,7 +106,41 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
     )
     if router is not None:
         result.data["router"] = router
-    if policy in SCHEDULERS and SCHEDULERS[policy].unlimited_memory:
+    if POLICIES[policy].hypothetical:
         result.data["unlimited_memory"] = True
         result.notes.append("a hypothetical schedule: the KV capacity is ignored")
     return result, schedule
+
+
+@dataclass
+class Replayed:
+    """A replay of a registered policy: the solution (problem ``replay``) and, by engine, the
+    iteration-level schedule or the slice-level replay."""
+
+    result: Result
+    schedule: Schedule | None = None
+    slices: SliceReplay | None = None
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        metrics: dict[str, float] = self.result.data["metrics"]
+        return metrics
+
+
+def replay_policy(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,
+                  router: str | None = None, progress: Progress = SILENT) -> Replayed:
+    """``policy`` on the engine its registry entry names."""
+    _checked(instance, policy, router)
+    if POLICIES[policy].engine is Engine.SLICE:
+        if router is not None:
+            raise OptionError(f"{policy} is a slice-level scheduler: it dispatches by its own "
+                              "rule; no router applies", field="--router", value=router)
+        result, sliced = load("llmopt.policies.slice.replay:slice_result")(instance, policy)
+        return Replayed(result, slices=sliced)
+    result, schedule = replay_result(instance, policy, plan=plan, router=router,
+                                     progress=progress)
+    return Replayed(result, schedule=schedule)
+
+
+__all__ = ["Replayed", "deployment", "follow_plan", "mode_of", "replay", "replay_policy",
+           "replay_result"]

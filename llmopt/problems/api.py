@@ -1,17 +1,23 @@
 """Solver front end: ``solve(instance, problem=…, solver=…, time_limit_s=…) -> Result`` and
-``bounds(instance)``, both dispatched through the registry (``problems.registry``)."""
+``bounds(instance)``, both dispatched through the registry (``problems.registry``).
+
+A workflow module (above problems and policies): a solver that starts from the replay engine's
+schedules or follows its plan on the engine takes a ``simulation`` keyword, and ``solve`` gives
+it the replay engine (``workflows.simulation.ENGINE``)."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError
+from llmopt.errors import OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.problems.base import Bound
-from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo
+from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo, bounded_families
+from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 
@@ -30,7 +36,7 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
         DEFAULT_PROBLEM)
     field_of = "solve.problem" if instance.solve.problem == problem else "--problem"
     if problem not in PROBLEMS:
-        raise OptionError(f"unknown problem (known: {', '.join(PROBLEMS)})",
+        raise OptionError(unknown_name("problem", problem, PROBLEMS),
                           file=instance.label() if field_of.startswith("solve") else None,
                           field=field_of, value=problem)
     solvers = PROBLEMS[problem].solvers
@@ -39,7 +45,7 @@ def resolve_options(instance: Instance, problem: str | None, solver: str | None,
         time_limit_s = instance.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
     if solver not in solvers:
         from_file = instance.solve.solver == solver
-        raise OptionError(f"unknown solver for {problem} (known: {', '.join(solvers)})",
+        raise OptionError(unknown_name(f"solver for {problem}", solver, solvers),
                           file=instance.label() if from_file else None,
                           field="solve.solver" if from_file else "--solver", value=solver)
     if time_limit_s is not None and (not math.isfinite(time_limit_s) or time_limit_s < 0 or (
@@ -64,9 +70,12 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
                           field=f"--{unknown[0].replace('_', '-')}", value=options[unknown[0]])
     given = {k: v for k, v in options.items() if v is not None}
     logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
+    run = load(info.solve)
+    if "simulation" in inspect.signature(run).parameters:
+        given["simulation"] = ENGINE
     try:
-        result: Result = load(info.solve)(instance, solver=solver, time_limit_s=time_limit_s,
-                                          progress=progress, **given)
+        result: Result = run(instance, solver=solver, time_limit_s=time_limit_s,
+                             progress=progress, **given)
         return result
     finally:
         progress.done()
@@ -80,13 +89,17 @@ def bounds(instance: Instance, time_limit_s: float | None = None, progress: Prog
     if not (math.isfinite(limit) and limit > 0):
         raise OptionError("must be positive and finite", field="--time-limit", value=limit)
     found: list[Bound] = load(family_of(instance).bounds)(instance, limit, progress,
-                                                          solver_bounds)
+                                                          solver_bounds, simulation=ENGINE)
     return found
 
 
-def family_of(instance: Instance) -> FamilyInfo:
+def family_of(instance: Instance, *, for_bounds: bool = True) -> FamilyInfo:
+    """The registry's entry of the instance's profile family; with ``for_bounds``, refused
+    when the family has no bounds or exact problem."""
     family = instance.profile.family
-    if family not in FAMILIES:
+    info = FAMILIES.get(family)
+    if info is None or (for_bounds and not info.bounds):
         raise OptionError(f"no bounds or exact problem for profile family {family!r} (known: "
-                          f"{', '.join(FAMILIES)})", field="model", value=instance.profile.name)
-    return FAMILIES[family]
+                          f"{', '.join(bounded_families())})", field="model",
+                          value=instance.profile.name)
+    return info

@@ -1,9 +1,20 @@
-"""What every problem family shares: lower bounds with the time model they hold under."""
+"""What every problem family shares: lower bounds with the time model they hold under, and the
+simulation engine as a solver may use it.
+
+Problems (models and solvers) import no engine and no policy: a solver that starts from the
+schedules of the replay engine's policies, or that times its plan by following it on the engine,
+is given a :class:`Simulation` by the workflow that runs it (``llmopt.problems.api.solve``,
+which passes ``llmopt.problems.workflows.simulation.ENGINE``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from llmopt.data.instance import Instance
+    from llmopt.schedule import Schedule
 
 
 @dataclass
@@ -21,3 +32,20 @@ class Bound:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Simulation(Protocol):
+    """The replay engine as a solver sees it (see the module doc)."""
+
+    def heuristics(self, instance: Instance, problem: str
+                   ) -> list[tuple[str, Callable[[], Schedule]]]:
+        """(policy, its replay) for each registered policy whose schedules start ``problem``'s
+        solvers (``PolicyInfo.incumbent_for``), in the registry's order; a replay runs when
+        called, and raises the policy's ``LlmoptError`` when it cannot run the instance."""
+        ...
+
+    def follow(self, instance: Instance, plan: Mapping[str, Any], name: str = "plan", *,
+               fast: bool = True) -> Schedule:
+        """A solution's plan (its data, as ``llmopt replay --policy plan --plan`` reads them)
+        followed by the engine; ``name`` names the schedule."""
+        ...

@@ -1,150 +1,125 @@
-"""Compare schedules: replay several policies under one cost model beside the lower bounds.
-
-``compare(instance, policies)`` returns a table (one row per schedule) and the bounds; the CLI
-writes it as markdown and CSV with a chart. The gap of a schedule is measured against the best
-bound valid under the replay's time model; bounds valid only under another model are listed
-but not used for gaps.
-"""
+"""Rendering of the compare workflow's results (``llmopt.problems.workflows.compare``): the
+markdown of each kind of comparison, and :func:`render`, which gives ``llmopt compare`` what it
+writes (heading, markdown, table, chart, schedules) for any of them. Nothing here solves or
+replays."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from functools import singledispatch
+from typing import Any
 
 import pandas as pd
+from matplotlib.axes import Axes
 
 from llmopt.data.instance import Instance
-from llmopt.errors import LlmoptError
-from llmopt.plugins import load
-from llmopt.policies.replay import replay_result
-from llmopt.problems.api import bounds as family_bounds
-from llmopt.problems.api import family_of, solve
-from llmopt.problems.base import Bound
-from llmopt.progress import SILENT, Progress
-from llmopt.result import Result
-from llmopt.schedule.metrics import ATTAINMENT_METRICS
-
-if TYPE_CHECKING:
-    from llmopt.problems.infermax.attainment import AttainmentBound
-
-ATTAINMENT_MODULE = "llmopt.problems.infermax.attainment"  # CP-SAT: loaded when used
+from llmopt.policies.slice.replay import ladder_markdown
+from llmopt.problems.workflows.compare import Comparison, LadderComparison, PriorityComparison
+from llmopt.report import plot as plots
+from llmopt.report.priority_compare import plot_priority, priority_markdown
+from llmopt.report.units import fmt_time, time_column, time_unit
+from llmopt.schedule import Schedule
 
 SLO_HEADERS = {"attainment": "SLO attainment", "attainment_ttft": "TTFT met",
                "attainment_tpot": "TPOT met", "attainment_e2e": "E2E met"}
 
 
+def comparison_markdown(comparison: Comparison) -> str:
+    """The table and the bounds in markdown; each time column in ms or s by the one rule
+    of ``llmopt.report.units`` (the bounds in the unit of the schedules' total time)."""
+    t = comparison.table
+    columns = [time_column(name, t[key]) for name, key in (
+        ("total time", "makespan_ms"), ("TTFT p50", "ttft_p50_ms"),
+        ("TPOT p50", "tpot_p50_ms"), ("E2E p50", "e2e_p50_ms"))]
+    (total, totals), (ttft, ttfts), (tpot, tpots), (e2e, e2es) = columns
+    unit = time_unit(float(t["makespan_ms"].max()))
+    cols = ["schedule", total, "utilization", "tokens/s", ttft, tpot, e2e, "gap to bound"]
+    slo_cols = [c for c in ("attainment", "attainment_ttft", "attainment_tpot",
+                            "attainment_e2e")
+                if c in t and t[c].notna().any()]
+    cols += [SLO_HEADERS[c] for c in slo_cols]
+    goodput = bool(slo_cols) and "goodput_rps" in comparison.table \
+        and comparison.table["goodput_rps"].notna().any()
+    cols += ["goodput (req/s)"] if goodput else []
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
+    for k, row in enumerate(t.itertuples(index=False)):
+        gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
+        shares = "".join(" — |" if pd.isna(getattr(row, c)) else f" {getattr(row, c):.1%} |"
+                         for c in slo_cols)
+        if goodput:
+            shares += (" — |" if pd.isna(row.goodput_rps) else f" {row.goodput_rps:.2f} |")
+        lines.append(f"| {row.schedule} | {totals[k]} | {row.utilization:.2%} | "
+                     f"{row.tokens_per_s:.1f} | {ttfts[k]} | {tpots[k]} | {e2es[k]} | "
+                     f"{gap} |{shares}")
+    if comparison.attainment_bound is not None:
+        ab = comparison.attainment_bound
+        found = "none" if ab.met_best is None else f"{ab.met_best}"
+        lines.append(f"\nattainment bound (SLO met, at most): **{ab.share_upper:.1%}** "
+                     f"({ab.met_upper} of {ab.requests} requests; {ab.status}, best "
+                     f"schedule found meets {found}; {ab.runtime_s:.1f} s): no schedule "
+                     "does better.")
+    lines.append("")
+    lines.append(f"| lower bound | {total} | valid under |")
+    lines.append("|---|---|---|")
+    for b in comparison.bounds:
+        lines.append(f"| {b.name} | {fmt_time(b.value_ms, unit)} | {b.valid_under} |")
+    best = comparison.best_bound
+    if best is not None:
+        lines.append(f"| **best for the replays ({comparison.time_model} model)** | "
+                     f"**{fmt_time(best.value_ms, unit)}** | {best.name} |")
+    lines += [f"\nNote: {note}" for note in comparison.notes]
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
-class Comparison:
+class Rendered:
+    """What ``llmopt compare`` writes of a comparison: compare.md (``heading`` and
+    ``markdown``), compare.csv (``table``), compare.png (``figure``, when there is one) and,
+    with SLOs, the CDF of the ``schedules``."""
+
+    heading: str
+    markdown: str
     table: pd.DataFrame
-    bounds: list[Bound]
-    results: dict[str, Result]
-    time_model: str  # the replays' time model: only bounds valid under it measure gaps
-    notes: list[str] = field(default_factory=list)
-    attainment_bound: AttainmentBound | None = None
-
-    @property
-    def best_bound(self) -> Bound | None:
-        valid = [b for b in self.bounds if b.time_model == self.time_model]
-        return max(valid, key=lambda b: b.value_ms) if valid else None
-
-    def markdown(self) -> str:
-        """The table and the bounds in markdown; times in seconds, or in ms when every schedule
-        takes under 10 s."""
-        scale, unit = ((1000.0, "s") if self.table["makespan_ms"].max() >= 10_000
-                       else (1.0, "ms"))
-        cols = ["schedule", f"total time ({unit})", "utilization", "tokens/s",
-                f"TTFT p50 ({unit})", "TPOT p50 (ms)", f"E2E p50 ({unit})", "gap to bound"]
-        slo_cols = [c for c in ("attainment", "attainment_ttft", "attainment_tpot",
-                                "attainment_e2e")
-                    if c in self.table and self.table[c].notna().any()]
-        cols += [SLO_HEADERS[c] for c in slo_cols]
-        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
-        for row in self.table.itertuples(index=False):
-            gap = "—" if pd.isna(row.gap_to_bound) else f"{row.gap_to_bound:.2%}"
-            shares = "".join(" — |" if pd.isna(getattr(row, c)) else f" {getattr(row, c):.1%} |"
-                             for c in slo_cols)
-            lines.append(
-                f"| {row.schedule} | {row.makespan_ms / scale:,.2f} | {row.utilization:.2%} | "
-                f"{row.tokens_per_s:.1f} | {row.ttft_p50_ms / scale:,.2f} | "
-                f"{row.tpot_p50_ms:.1f} | {row.e2e_p50_ms / scale:,.2f} | {gap} |{shares}")
-        if self.attainment_bound is not None:
-            ab = self.attainment_bound
-            found = "none" if ab.met_best is None else f"{ab.met_best}"
-            lines.append(f"\nattainment bound (SLO met, at most): **{ab.share_upper:.1%}** "
-                         f"({ab.met_upper} of {ab.requests} requests; {ab.status}, best "
-                         f"schedule found meets {found}; {ab.runtime_s:.1f} s): no schedule "
-                         "does better.")
-        lines.append("")
-        lines.append(f"| lower bound | total time ({unit}) | valid under |")
-        lines.append("|---|---|---|")
-        for b in self.bounds:
-            lines.append(f"| {b.name} | {b.value_ms / scale:,.2f} | {b.valid_under} |")
-        best = self.best_bound
-        if best is not None:
-            lines.append(f"| **best for the replays ({self.time_model} model)** | "
-                         f"**{best.value_ms / scale:,.2f}** | {best.name} |")
-        lines += [f"\nNote: {note}" for note in self.notes]
-        return "\n".join(lines) + "\n"
+    figure: Axes | None
+    schedules: dict[str, Schedule]
 
 
-def compare(instance: Instance, policies: list[str], time_limit_s: float = 60.0,
-            progress: Progress = SILENT, optimize: bool = True) -> Comparison:
-    """Replay ``policies`` beside the lower bounds of the instance's family; with
-    ``optimize``, also the family's exact problem under the replays' time model (a row of its
-    own, e.g. ``pd-competition`` with the replay time model, or ``infermax-csp`` on small
-    instances) and the solver-based bounds."""
-    family = family_of(instance)
-    bounds = family_bounds(instance, time_limit_s, progress, solver_bounds=optimize)
-    results: dict[str, Result] = {}
-    for policy in policies:
-        progress.stage(f"replay {policy}")
-        results[policy], _ = replay_result(instance, policy, progress=progress)
-    small = (family.exact_max_requests is None
-             or instance.num_requests <= family.exact_max_requests)
-    notes: list[str] = []
-    if optimize and small:
-        progress.stage(f"{family.exact} under the replays' time model")
-        try:
-            results[family.exact] = solve(instance, family.exact, None, time_limit_s,
-                                          progress, **family.exact_options)
-        except LlmoptError as exc:
-            notes.append(f"{family.exact} not solved: {exc}")
-    elif optimize:
-        notes.append(f"{family.exact} not solved: {instance.num_requests} requests, more "
-                     f"than the {family.exact_max_requests} it is run on")
-    valid = [b.value_ms for b in bounds if b.time_model == family.replay_time_model]
-    exact = results.get(family.exact)
-    if exact is not None and exact.bound is not None:
-        valid.append(exact.bound)
-    best = max(valid) if valid else None
-    rows = []
-    for policy, result in results.items():
-        m = result.data["metrics"]
-        rows.append({
-            "schedule": policy,
-            **{k: m[k] for k in ("makespan_ms", "utilization", "tokens_per_s", "ttft_p50_ms",
-                                 "tpot_p50_ms", "e2e_p50_ms", "ttft_mean_ms", "tpot_mean_ms",
-                                 "e2e_mean_ms")},
-            "gap_to_bound": (m["makespan_ms"] - best) / m["makespan_ms"] if best else None,
-            **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
-        })
-    attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
-        if optimize and instance.has_slos else None
-    return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes,
-                      attainment)
+@singledispatch
+def render(comparison: Any, instance: Instance) -> Rendered:
+    raise TypeError(f"no rendering of {type(comparison).__name__}")
 
 
-def _attainment_bound(instance: Instance, time_limit_s: float, progress: Progress,
-                      notes: list[str]) -> AttainmentBound | None:
-    """The exact upper bound on SLO attainment, on instances small enough for it."""
-    most = load(f"{ATTAINMENT_MODULE}:MAX_ATTAINMENT_REQUESTS")
-    if instance.profile.family != "infermax" or instance.system.instances != 1 or \
-            instance.num_requests > most:
-        notes.append(f"attainment bound not computed: it is exact for one infermax model "
-                     f"instance and up to {most} requests")
-        return None
-    progress.stage("the exact upper bound on SLO attainment")
-    bound: AttainmentBound = load(f"{ATTAINMENT_MODULE}:attainment_bound")(
-        instance, time_limit_s=time_limit_s)
-    return bound
+@render.register
+def _total_time(comparison: Comparison, instance: Instance) -> Rendered:
+    best = comparison.best_bound
+    ceiling = comparison.attainment_bound
+    ax = plots.comparison_figure(
+        comparison.table, best.value_ms if best else None,
+        ceiling=ceiling.share_upper if ceiling is not None else None,
+        ceiling_label=f"proven by the exact model ({ceiling.status})" if ceiling else "",
+        title=f"{instance.name}: schedules compared")
+    schedules = {name: r.schedule for name, r in comparison.results.items()
+                 if r.schedule is not None}
+    return Rendered("schedules compared", comparison_markdown(comparison), comparison.table,
+                    ax, schedules)
+
+
+@render.register
+def _g(comparison: PriorityComparison, instance: Instance) -> Rendered:
+    return Rendered("schedules compared by G", priority_markdown(comparison), comparison.table,
+                    plot_priority(comparison, title=f"{instance.name}: G by schedule"),
+                    comparison.schedules)
+
+
+@render.register
+def _section5(comparison: LadderComparison, instance: Instance) -> Rendered:
+    md = (f"{ladder_markdown(comparison.table)}\nReplays on {comparison.instances} model "
+          "instance(s) (Cheng et al. 2024, section 5): times in s; batch = mean batch size "
+          "(requests per slice; per iteration for ILS); pad, invalid and slices per request. "
+          "No lower bound: llmopt's exact model (scls-batching) covers one period's batching, "
+          "not a whole replay.\n")
+    return Rendered("slice-level schedules compared", md, comparison.table, None, {})
+
+
+__all__ = ["SLO_HEADERS", "Rendered", "comparison_markdown", "render"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
@@ -12,11 +13,21 @@ matplotlib.use("Agg", force=False)
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    PercentFormatter,
+)
 
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.files import write_atomic
+from llmopt.report.units import time_unit
+from llmopt.schedule.metrics import request_latencies
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -94,13 +105,11 @@ def save(ax: Axes, path: str | Path, dpi: int = 120) -> Path:
     return path
 
 
+# beside the chart, never over the work
+OUTSIDE_LEGEND: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.005, 1.0),
+                                  "fontsize": 8, "frameon": False, "borderaxespad": 0.0}
 PHASE_COLORS = {"prefill": "#f28e2b", "decode": "#4e79a7", "refill": "#b07aa1"}
 EVICT_COLOR = "#e15759"
-
-
-def time_unit(max_ms: float) -> tuple[str, float]:
-    """Milliseconds for schedules shorter than two seconds, else seconds."""
-    return ("ms", 1.0) if max_ms < 2000 else ("s", 1000.0)
 
 
 def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
@@ -158,8 +167,9 @@ def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
             ax.set_yticks([])
         ax.set_ylabel("request")
     else:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("client")
-    ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
+    ax.legend(handles=handles, **OUTSIDE_LEGEND)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -196,8 +206,24 @@ def _draw_raster(ax: Axes, x0, x1, y, code, rows: int, xmax: float) -> None:
     np.add.at(diff, (y, p0), code)
     np.add.at(diff, (y, p1), -code)
     grid = np.clip(np.cumsum(diff, axis=1)[:, :width], 0, len(PHASE_COLORS) + 1)
-    ax.imshow(_palette()[grid], aspect="auto", interpolation="nearest",
-              extent=(0, width / scale, rows - 0.5, -0.5))
+    # idle pixels transparent: what is drawn beneath the work (waits) shows through them
+    rgba = np.concatenate([_palette(), np.ones((len(_palette()), 1))], axis=1)
+    rgba[0, 3] = 0.0
+    ax.imshow(rgba[grid], aspect="auto", interpolation="nearest",
+              extent=(0, width / scale, rows - 0.5, -0.5), zorder=1)
+
+
+def readable_log_ticks(ax: Axes) -> None:
+    """Ticks at 1, 2 and 5 of every decade the log axis spans (more within a decade and a
+    half, only the powers of ten beyond four decades), labelled as plain numbers: a range
+    inside one decade had a single tick."""
+    low, high = ax.get_xlim()
+    decades = np.log10(high / low) if low > 0 and high > low else 0.0
+    subs = ((1.0,) if decades > 4 else (1.0, 2.0, 5.0) if decades > 1.5
+            else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None,
@@ -216,14 +242,20 @@ def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None,
         ax.axhline(capacity, color="crimson", lw=1, ls="--", label="capacity")
     ax.set_xlabel(f"time ({label})")
     ax.set_ylabel("KV tokens")
-    ax.legend(loc="upper right", fontsize=7, ncol=4)
+    ax.legend(**OUTSIDE_LEGEND)
     return ax
 
 
 def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str = "",
-                 metrics: dict[str, Any] | None = None, continuous: bool | None = None):
+                 metrics: dict[str, Any] | None = None, continuous: bool | None = None,
+                 requests=None):
     """Gantt chart with the KV-memory panel beneath (shared time axis). Continuous-batching
-    schedules of up to 64 requests get one row per request with evictions marked."""
+    schedules of up to 64 requests get one row per request with evictions marked. Each request's
+    arrival is marked on its row (its own, or its first client's) and its wait until first
+    scheduled drawn as a light grey line beneath the work. With ``requests`` (a schedule's
+    table of request times: ``request, first_token_ms, finish_ms``, e.g. ``Schedule.requests``)
+    and an instance with SLO targets, the requests that missed their SLO are outlined in red.
+    Charts of more than ``MARKED_REQUESTS_MAX`` requests get no per-request marks."""
     if continuous is None:
         continuous = bool((segments["phase"].isin(["evict", "refill"])).any()) or \
             getattr(instance.profile, "family", "") == "infermax"
@@ -235,97 +267,164 @@ def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str =
                              figsize=(11, height + (2.3 if with_kv else 0)),
                              gridspec_kw={"height_ratios": [height, 2.3]} if with_kv else None)
     ax = axes[0] if with_kv else axes
-    metrics = metrics or {}
     unit = time_unit(float(segments["end_ms"].max()) if len(segments) else 1.0)
-    title = f"{instance.name}: {policy}"
-    if metrics and continuous:
-        span = metrics["makespan_ms"]
-        title += (f" — total latency {span / unit[1]:.4g} {unit[0]}, "
-                  f"{metrics.get('evictions', 0)} evictions")
-    elif metrics:
-        title += (f" — utilization rate {metrics['utilization']:.2%}, total inference time "
-                  f"{metrics['makespan_ms'] / 1000:.2f} s")
-    plot_gantt(segments, instance.system.clients, ax=ax, title=title, by_request=by_request,
-               unit=unit, request_order=list(instance.ids))
-    if (getattr(instance.profile, "family", "") == "bilinear" and not by_request
-            and with_kv and instance.has_slos):
-        _mark_missed_slos(ax, instance, segments, iterations, unit)
+    plot_gantt(segments, instance.system.clients, ax=ax,
+               title=_gantt_title(instance, policy, metrics or {}, unit, continuous),
+               by_request=by_request, unit=unit, request_order=list(instance.ids))
+    if instance.num_requests <= MARKED_REQUESTS_MAX:
+        missed = _missed_slo(instance, requests) if requests is not None else set()
+        _mark_requests(ax, instance, segments, by_request, unit, missed)
     if with_kv:
         ax.set_xlabel("")
         plot_kv(iterations, resolve_limits(instance).kv_tokens, ax=axes[1], unit=unit)
     return ax
 
 
+def _gantt_title(instance: Instance, policy: str, metrics: dict[str, Any],
+                 unit: tuple[str, float], continuous: bool) -> str:
+    title = f"{instance.name}: {policy}"
+    if not metrics:
+        return title
+    parts = [f"makespan {metrics['makespan_ms'] / unit[1]:,.4g} {unit[0]}"]
+    parts.append(f"{metrics.get('evictions', 0)} evictions" if continuous
+                 else f"utilization {metrics['utilization']:.2%}")
+    if metrics.get("attainment") is not None:
+        parts.append(f"SLO met {metrics['attainment']:.1%}")
+    return f"{title} — {', '.join(parts)}"
+
+
+MARKED_REQUESTS_MAX = 5000
 MISSED_COLOR = "#d62728"
+ARRIVAL_COLOR = "#333333"
+WAIT_COLOR = "#9e9e9e"
 
 
-def _mark_missed_slos(ax: Axes, instance: Instance, segments, iterations,
-                      unit: tuple[str, float]) -> None:
-    """Outline in red, on its client's row, each request that missed its SLO (Huang et al.'s
-    slo-priority replays, bilinear profile: the first output token comes with the end of the
-    request's first decode iteration). Drawn only for that family: other charts are
-    unchanged."""
+def _missed_slo(instance: Instance, requests) -> set[str]:
+    """The ids of the requests whose latencies (from ``requests``' times) miss a target."""
+    if not instance.has_slos or not len(requests):
+        return set()
+    # the request times alone (the chart's schedule may have no segments: no queueing delays)
+    times = SimpleNamespace(requests=requests, queueing_delays=lambda: pd.Series(dtype=float))
+    latencies = request_latencies(times, instance)
+    return set(latencies.loc[~latencies["slo_met"], "request"])
+
+
+def _mark_requests(ax: Axes, instance: Instance, segments, by_request: bool,
+                   unit: tuple[str, float], missed: set[str]) -> None:
+    """On each request's row (its own, or its first client's): a tick at its arrival, a light
+    grey line from there to its first iteration (its wait; on a client's row it shows only
+    where the client was idle), and a red outline around its span when it missed its SLO."""
+    from matplotlib.collections import LineCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Rectangle
 
     work = segments[segments["phase"] != "evict"]
     if not len(work):
         return
-    spans = work.groupby("request", observed=True).agg(
+    spans = work.groupby(work["request"].astype(str), observed=True).agg(
         start=("start_ms", "min"), finish=("end_ms", "max"), client=("client", "first"),
         instance=("instance", "first"))
-    decode = work[work["phase"] == "decode"].groupby("request", observed=True)["start_ms"].min()
-    ends = {}
-    for inst, part in iterations.groupby("instance"):
-        part = part.sort_values("start_ms", kind="stable")
-        ends[inst] = (part["start_ms"].to_numpy(dtype=float), part["end_ms"].to_numpy(dtype=float))
-    J, div = instance.system.clients, unit[1]
-    targets = {f: instance.slo_targets(f"{f}_slo_ms") for f in ("ttft", "tpot", "e2e")}
-    missed = 0
-    for k, r in enumerate(instance.requests):
-        if r.id not in spans.index or r.id not in decode.index:
-            continue
-        row = spans.loc[r.id]
-        starts, finishes = ends[row["instance"]]
-        first = finishes[min(int(np.searchsorted(starts, decode[r.id] - 1e-6)), len(starts) - 1)]
-        ttft, e2e = first - r.arrival_ms, row["finish"] - r.arrival_ms
-        tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else np.nan
-        values = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
-        if any(not np.isnan(targets[f][k]) and not np.isnan(v) and v > targets[f][k] + 1e-6
-               for f, v in values.items()):
-            missed += 1
-            y = row["instance"] * J + row["client"]
-            ax.add_patch(Rectangle((row["start"] / div, y - 0.46),
-                                   (row["finish"] - row["start"]) / div, 0.92, fill=False,
-                                   edgecolor=MISSED_COLOR, linewidth=1.6, zorder=4))
+    arrival = dict(zip(instance.ids, instance.arrival_ms, strict=True))
+    order = {r: k for k, r in enumerate(instance.ids)}
+    present = [r for r in instance.ids if r in spans.index] if by_request else list(spans.index)
+    if by_request:
+        row_of = {r: k for k, r in enumerate(present)}
+        y = np.array([row_of[r] for r in present], dtype=float)
+    else:
+        J = instance.system.clients
+        y = (spans.loc[present, "instance"].to_numpy() * J
+             + spans.loc[present, "client"].to_numpy()).astype(float)
+    div = unit[1]
+    t_arrive = np.array([arrival[r] for r in present], dtype=float) / div
+    t_start = spans.loc[present, "start"].to_numpy(dtype=float) / div
+    waited = t_start > t_arrive
+    if waited.any():
+        ax.add_collection(LineCollection(
+            [[(a, k), (b, k)] for a, b, k in zip(t_arrive[waited], t_start[waited],
+                                                 y[waited], strict=True)],
+            colors=WAIT_COLOR, linewidths=2.0, alpha=0.6, zorder=0.5))  # under the work
+    h = 0.42 if len(set(y)) <= 40 else 0.5
+    ax.vlines(t_arrive, y - h, y + h, colors=ARRIVAL_COLOR, linewidths=1.0, zorder=3)
+    legend = ax.get_legend()
+    handles = list(legend.legend_handles) if legend is not None else []
+    handles += [Line2D([], [], marker="|", ls="", color=ARRIVAL_COLOR, markersize=8,
+                       label="arrival"),
+                Line2D([], [], color=WAIT_COLOR, lw=2.0, alpha=0.6, label="waiting")]
+    outlined = [k for k, r in enumerate(present) if r in missed]
+    for k in outlined:
+        r = present[k]
+        ax.add_patch(Rectangle((t_start[k], y[k] - 0.46),
+                               (spans.loc[r, "finish"] - spans.loc[r, "start"]) / div, 0.92,
+                               fill=False, edgecolor=MISSED_COLOR, linewidth=1.6, zorder=4))
     if missed:
-        legend = ax.get_legend()
-        handles = list(legend.legend_handles) if legend is not None else []
         handles.append(Line2D([], [], color=MISSED_COLOR, lw=1.6,
-                              label=f"missed SLO ({missed})"))
-        ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
+                              label=f"missed SLO ({len(missed)} of {len(order)})"))
+    ax.legend(handles=handles, **OUTSIDE_LEGEND)
 
 
 def plot_comparison(table, bound_ms: float | None = None, ax: Axes | None = None,
                     title: str = "") -> Axes:
     """Total inference time per schedule (bars, utilization on top) with the best lower
-    bound as a line."""
+    bound as a line; in ms or s by the rule of ``llmopt.report.units``."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     names = list(table["schedule"])
-    values = table["makespan_ms"].to_numpy(dtype=float) / 1000.0
+    label, div = time_unit(max(float(table["makespan_ms"].max()), bound_ms or 0.0))
+    values = table["makespan_ms"].to_numpy(dtype=float) / div
     bars = ax.bar(names, values, color="#4e79a7")
     for bar, util in zip(bars, table["utilization"], strict=True):
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{util:.1%}",
                 ha="center", va="bottom", fontsize=8)
     if bound_ms:
-        ax.axhline(bound_ms / 1000.0, color="crimson", ls="--", lw=1.2,
-                   label=f"lower bound {bound_ms / 1000:.2f} s")
+        ax.axhline(bound_ms / div, color="crimson", ls="--", lw=1.2,
+                   label=f"lower bound {bound_ms / div:,.2f} {label}")
         ax.legend(loc="lower right", fontsize=8)
-    ax.set_ylabel("total inference time (s, axis not from 0)")
-    low = min(values.min(), (bound_ms or np.inf) / 1000.0)
-    high = max(values.max(), (bound_ms or 0) / 1000.0)
+    ax.set_ylabel(f"total inference time ({label}, axis not from 0)")
+    low = min(values.min(), (bound_ms or np.inf) / div)
+    high = max(values.max(), (bound_ms or 0) / div)
     ax.set_ylim(low - 0.35 * (high - low) - 1e-9, high + 0.15 * (high - low) + 1e-9)
     ax.set_title(title or "schedules compared (labels: utilization)", fontsize=10)
     ax.tick_params(axis="x", labelrotation=20)
     return ax
+
+
+def plot_attainment(table, ceiling: float | None = None, ax: Axes | None = None,
+                    ceiling_label: str = "no schedule meets more", title: str = "") -> Axes:
+    """SLO attainment (share of requests meeting every target) per schedule, with a proven
+    ``ceiling`` on it as a line when there is one (``ceiling_label`` says what proves it)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    names = list(table["schedule"])
+    shares = table["attainment"].to_numpy(dtype=float)
+    bars = ax.bar(names, np.nan_to_num(shares), color="#59a14f")
+    for bar, share in zip(bars, shares, strict=True):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
+                "not measured" if np.isnan(share) else f"{share:.1%}", ha="center",
+                va="bottom", fontsize=8)
+    if ceiling is not None:
+        ax.axhline(ceiling, color="black", ls="--", lw=1.2,
+                   label=f"attainment bound {ceiling:.1%}: {ceiling_label}")
+        ax.legend(loc="upper right", fontsize=8)  # in the band above 100 %
+    ax.set_ylim(0, 1.25)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylabel("SLO attainment (requests meeting every target)")
+    ax.set_title(title or "SLO attainment by schedule", fontsize=10)
+    ax.tick_params(axis="x", labelrotation=20)
+    return ax
+
+
+def comparison_figure(table, bound_ms: float | None = None, *, ceiling: float | None = None,
+                      ceiling_label: str = "no schedule meets more", title: str = "") -> Axes:
+    """The compare chart: total time per schedule (:func:`plot_comparison`) and, when the
+    table has SLO attainment, attainment per schedule beside it (:func:`plot_attainment`, with
+    the ``ceiling`` when one is known); the first axes, whose figure holds both."""
+    with_slos = "attainment" in table and table["attainment"].notna().any()
+    if not with_slos:
+        return plot_comparison(table, bound_ms, title=title)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), layout="constrained")
+    plot_comparison(table, bound_ms, ax=left, title="total time (labels: utilization)")
+    plot_attainment(table, ceiling, ax=right, ceiling_label=ceiling_label)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return left

@@ -20,7 +20,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from llmopt.report.plot import PHASE_COLORS, time_unit
+from llmopt.report.plot import PHASE_COLORS
+from llmopt.report.units import time_unit
 from llmopt.sim.slices import SliceReplay
 
 WASTE_COLOR = "#bab0ac"

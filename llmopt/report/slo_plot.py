@@ -12,9 +12,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from llmopt.data.instance import Instance
+from llmopt.report.plot import readable_log_ticks
 from llmopt.schedule.metrics import request_latencies
 from llmopt.schedule.schedule import Schedule
 
@@ -45,8 +45,7 @@ def plot_latency_cdf(latencies: dict[str, pd.DataFrame], metric: str = "ttft_ms"
         ax.axvline(at, color="black", linestyle="--", linewidth=1,
                    label=f"{label} target ({at:,.0f} ms)" if single else f"{label} target")
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    readable_log_ticks(ax)
     ax.set_xlabel(f"{label} (ms)" if single else f"{label} / its target")
     ax.set_ylabel("share of requests")
     ax.set_ylim(0, 1.02)
@@ -64,3 +63,36 @@ def slo_cdf_figure(instance: Instance, schedules: dict[str, Schedule], title: st
     plot_latency_cdf(latencies, "tpot_ms", right)
     fig.suptitle(title or f"{instance.name}: TTFT and TPOT per request (dashed: the SLO)")
     return left
+
+
+def plot_itl_cdf(schedules: dict[str, Schedule], ax: Axes | None = None) -> Axes:
+    """One empirical CDF per schedule of its inter-token latencies (every gap between two
+    consecutive output tokens of a request, ``Schedule.inter_token_latencies``), with the
+    TPOT target dashed when every request has the same one (a request's TPOT is the mean of
+    its gaps)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+    for name, schedule in schedules.items():
+        gaps = np.sort(schedule.inter_token_latencies()["itl_ms"].to_numpy(dtype=float))
+        if gaps.size:
+            ax.step(gaps, np.arange(1, gaps.size + 1) / gaps.size, where="post", label=name)
+    ax.set_xscale("log")
+    readable_log_ticks(ax)
+    ax.set_xlabel("inter-token latency (ms)")
+    ax.set_ylabel("share of token gaps")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def itl_cdf_figure(instance: Instance, schedules: dict[str, Schedule], title: str = "") -> Axes:
+    """The ITL CDF of ``schedules``, the TPOT target dashed when all requests share one."""
+    ax = plot_itl_cdf(schedules)
+    targets = pd.Series(instance.slo_targets("tpot_slo_ms")).dropna()
+    if targets.size and targets.nunique() == 1:
+        at = float(targets.iloc[0])
+        ax.axvline(at, color="black", linestyle="--", linewidth=1,
+                   label=f"TPOT target ({at:,.0f} ms)")
+    ax.legend(fontsize=8)
+    ax.set_title(title or f"{instance.name}: inter-token latency (every gap between tokens)")
+    return ax

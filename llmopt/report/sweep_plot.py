@@ -7,6 +7,7 @@ Both take a DataFrame as ``pd.read_parquet(OUT / "results.parquet")`` gives it a
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -15,6 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from llmopt.errors import OptionError
+from llmopt.report.plot import readable_log_ticks
 
 NUMERIC_X = ("rate_scale", "rate_per_s", "count", "clients", "replicas", "kv_capacity",
              "max_batch_tokens", "max_prefill_tokens", "time_limit_s", "bins", "slo_scale")
@@ -22,7 +24,14 @@ DEFAULT_Y = ("ttft_p99_ms", "gap_to_bound", "makespan_ms", "gap", "objective")
 LABELS = {"rate_scale": "arrival-rate scale (×)", "rate_per_s": "arrival rate (requests/s)",
           "ttft_p99_ms": "TTFT p99 (ms)", "makespan_ms": "total inference time (ms)",
           "gap_to_bound": "gap to the best lower bound", "gap": "solver gap",
-          "slo_scale": "SLO targets scaled by (×)"}
+          "slo_scale": "SLO targets scaled by (×)", "tpot_p99_ms": "TPOT p99 (ms)",
+          "attainment": "SLO attainment (share of requests)",
+          "attainment_ttft": "TTFT attainment", "attainment_tpot": "TPOT attainment"}
+# the parameter columns of a results table besides the numeric ones: cells differing in one of
+# these are different runs (a seed, a policy), never repeats of one measurement
+OTHER_PARAMETERS = ("instance", "policy", "router", "problem", "solver", "formulation",
+                    "time_model", "literal", "cuts", "workers", "seed")
+TARGET_COLOR = "#444444"
 
 
 def check_columns(frame: pd.DataFrame, **chosen: str | None) -> None:
@@ -46,34 +55,67 @@ def default_axes(frame: pd.DataFrame) -> tuple[str | None, str | None, str | Non
 
 
 def plot_lines(frame: pd.DataFrame, x: str, y: str, hue: str | None = None,
-               ax: Axes | None = None, title: str = "") -> Axes:
-    """Mean of ``y`` against ``x``, one line per ``hue`` value, shaded between the least and
-    the largest value over the other parameters (seeds) at each ``x``."""
+               ax: Axes | None = None, title: str = "", target: float | None = None,
+               target_label: str = "target") -> Axes:
+    """``y`` against ``x``, one line per ``hue`` value. When the other parameters that vary
+    (seeds, …) were crossed with ``x`` (a grid), the line is their mean, shaded between the
+    least and the largest value at each ``x``; when they were not (a search's probes: each group
+    probes its own ``x`` values), one line per combination of them in its hue's colour, never a
+    mean across them. ``target``: a dashed horizontal line (a search's threshold)."""
     check_columns(frame, x=x, y=y, hue=hue)
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+        _, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
     data = _ok(frame).dropna(subset=[x, y])
+    others = [c for c in (*NUMERIC_X, *OTHER_PARAMETERS) if c in data and c not in (x, hue)
+              and data[c].nunique() > 1]
     groups: Any = data.groupby(hue, sort=True) if hue else [("", data)]
+    banded = separate = False
     for name, part in groups:
-        stats = part.groupby(x)[y].agg(["mean", "min", "max", "count"]).sort_index()
-        xs = stats.index.to_numpy(dtype=float)
-        label = str(name[0] if isinstance(name, tuple) else name)
-        line = ax.plot(xs, stats["mean"], marker="o", label=label or y)[0]
-        if (stats["count"] > 1).any():
-            ax.fill_between(xs, stats["min"], stats["max"], color=line.get_color(), alpha=0.18,
-                            linewidth=0)
+        label = str(name[0] if isinstance(name, tuple) else name) or y
+        if not others or _crossed(part, x, others):
+            stats = part.groupby(x)[y].agg(["mean", "min", "max", "count"]).sort_index()
+            xs = stats.index.to_numpy(dtype=float)
+            line = ax.plot(xs, stats["mean"], marker="o", label=label)[0]
+            if (stats["count"] > 1).any():
+                banded = True
+                ax.fill_between(xs, stats["min"], stats["max"], color=line.get_color(),
+                                alpha=0.18, linewidth=0)
+            continue
+        separate = True
+        color = None
+        for k, (_, run) in enumerate(part.groupby(others, sort=True, dropna=False)):
+            run = run.sort_values(x)
+            line = ax.plot(run[x].to_numpy(dtype=float), run[y].to_numpy(dtype=float),
+                           marker="o", markersize=4, lw=1.0, alpha=0.85, color=color,
+                           label=label if k == 0 else None)[0]
+            color = line.get_color()
+    if target is not None:
+        ax.axhline(target, color=TARGET_COLOR, ls="--", lw=1.2, label=target_label)
     positive = data[x].to_numpy(dtype=float)
     if len(positive) and positive.min() > 0 and positive.max() / positive.min() >= 16:
         ax.set_xscale("log")
+        readable_log_ticks(ax)
     ax.set_xlabel(LABELS.get(x, x))
     ax.set_ylabel(LABELS.get(y, y))
-    if hue and ax.get_legend_handles_labels()[0]:  # no line drawn (no cell has both): none
-        ax.legend(title=hue, frameon=False)
-    ax.set_title(title or f"{LABELS.get(y, y)} by {LABELS.get(x, x)}"
-                 + (" (line: mean; band: min–max over the other parameters)" if hue else ""),
-                 fontsize=10)
+    how = ("one line per " + ", ".join(others) if separate
+           else "line: mean\nband: min–max over " + ", ".join(others) if banded else "")
+    if ax.get_legend_handles_labels()[0]:  # no line drawn (no cell has both): none
+        ax.legend(title="\n".join(t for t in (hue, how) if t), frameon=False, fontsize=8,
+                  title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    set_title(ax, title or f"{LABELS.get(y, y)} by {LABELS.get(x, x)}")
     ax.grid(alpha=0.3)
     return ax
+
+
+def set_title(ax: Axes, text: str, width: int = 60) -> None:
+    """``text`` as the title, wrapped at ``width`` characters: a sweep's plot is narrow."""
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=10)
+
+
+def _crossed(part: pd.DataFrame, x: str, others: list[str]) -> bool:
+    """Every combination of ``others`` was run at the same ``x`` values (a grid)."""
+    xs = {frozenset(run[x]) for _, run in part.groupby(others, dropna=False)}
+    return len(xs) == 1
 
 
 def plot_spread(frame: pd.DataFrame, y: str, hue: str, ax: Axes | None = None,
@@ -94,7 +136,7 @@ def plot_spread(frame: pd.DataFrame, y: str, hue: str, ax: Axes | None = None,
     ax.set_ylabel(LABELS.get(y, y))
     ax.set_xlabel(hue)
     counts = ", ".join(f"{n}: {len(v)}" for n, v in zip(names, values, strict=True))
-    ax.set_title(title or f"{LABELS.get(y, y)} per {hue} ({counts} cells)", fontsize=10)
+    set_title(ax, title or f"{LABELS.get(y, y)} per {hue} ({counts} cells)")
     ax.grid(alpha=0.3, axis="y")
     return ax
 

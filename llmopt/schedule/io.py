@@ -19,16 +19,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmopt.errors import SolutionFileError
-from llmopt.files import write_atomic
+from llmopt.files import sidecar_name, write_atomic
 from llmopt.schedule.schedule import ITERATION_COLUMNS, SEGMENT_COLUMNS
+
+__all__ = ["read_tables", "sidecar_name", "write_tables"]
 
 _SEGMENT_INTS = ("client", "instance", "tokens")
 _ITERATION_INTS = ("instance", "batch_size", "prefill_tokens", "decode_tokens", "kv_tokens",
                    "evictions", "running")
-
-
-def sidecar_name(json_path: Path) -> str:
-    return json_path.with_suffix(".schedule.parquet").name
 
 
 def write_tables(path: Path, segments: pd.DataFrame, iterations: pd.DataFrame) -> str:

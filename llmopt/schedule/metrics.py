@@ -8,27 +8,42 @@ that target meets it); a request meets its SLO when it meets every target it has
 
 Attainment = share of requests meeting a target (``attainment_ttft``, ``attainment_tpot``,
 ``attainment_e2e``) or all of theirs (``attainment``), over every request of the instance.
-Goodput is a search over arrival rates (``llmopt.sweep``), not a metric of one schedule.
+The goodput of a run (``goodput_rps``) = requests meeting their SLO / makespan (s); goodput as
+the largest arrival rate meeting an attainment level is a search over rates (``llmopt.sweep``).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError
-from llmopt.schedule.schedule import Schedule
 
 MET_TOLERANCE_MS = 1e-6  # times are sums of floats: a target met up to rounding is met
 ATTAINMENT_METRICS = ("attainment", "attainment_ttft", "attainment_tpot", "attainment_e2e",
-                      "normalized_latency_mean_ms")
+                      "normalized_latency_mean_ms", "goodput_rps")
 
 
-def request_latencies(schedule: Schedule, instance: Instance) -> pd.DataFrame:
+class Timed(Protocol):
+    """What the latencies are read from: a :class:`~llmopt.schedule.Schedule` (its table of
+    requests; named here by its shape, as ``Schedule.metrics`` calls these functions)."""
+
+    requests: pd.DataFrame
+
+    @property
+    def makespan_ms(self) -> float: ...
+
+    def queueing_delays(self) -> pd.Series: ...
+
+
+def request_latencies(schedule: Timed, instance: Instance) -> pd.DataFrame:
     """One row per request of ``instance`` (its order): ``request, slo_class, ttft_ms, tpot_ms,
-    e2e_ms, normalized_latency_ms``, the targets ``ttft_slo_ms, tpot_slo_ms, e2e_slo_ms``
-    (NaN: none), and ``ttft_met, tpot_met, e2e_met, slo_met``."""
+    e2e_ms, normalized_latency_ms, queue_ms`` (arrival to first scheduled), the targets
+    ``ttft_slo_ms, tpot_slo_ms, e2e_slo_ms`` (NaN: none), and ``ttft_met, tpot_met, e2e_met,
+    slo_met``."""
     req = schedule.requests.assign(request=schedule.requests["request"].astype(str))
     req = req.set_index("request").reindex(instance.ids)
     if req["finish_ms"].isna().any():
@@ -47,6 +62,7 @@ def request_latencies(schedule: Schedule, instance: Instance) -> pd.DataFrame:
         "slo_class": [r.slo_class for r in instance.requests],
         "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
         "normalized_latency_ms": e2e / outputs,
+        "queue_ms": schedule.queueing_delays().reindex(instance.ids).to_numpy(dtype=float),
     })
     met = np.ones(len(out), dtype=bool)
     for name, value in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
@@ -77,8 +93,12 @@ def attainment_by_class(latencies: pd.DataFrame) -> pd.DataFrame:
                          "attainment": grouped["slo_met"].mean()}).reset_index()
 
 
-def slo_metrics(schedule: Schedule, instance: Instance) -> dict[str, float]:
-    """The attainment metrics of ``schedule`` (empty when the instance has no SLOs)."""
+def slo_metrics(schedule: Timed, instance: Instance) -> dict[str, float]:
+    """The attainment metrics of ``schedule`` and the run's goodput (empty when the instance
+    has no SLOs)."""
     if not instance.has_slos:
         return {}
-    return attainment(request_latencies(schedule, instance))
+    latencies = request_latencies(schedule, instance)
+    makespan_s = schedule.makespan_ms / 1000.0
+    goodput = float(latencies["slo_met"].sum()) / makespan_s if makespan_s > 0 else 0.0
+    return {**attainment(latencies), "goodput_rps": round(goodput, 6)}

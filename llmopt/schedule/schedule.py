@@ -18,8 +18,24 @@ usual, and use ``.astype(str)`` before sorting by name.
 
 Metrics follow the papers: makespan (total inference time), utilization = busy client-time /
 (clients × makespan) with busy time the sum of segment durations (Pang et al. 2025, Figs 6–9),
-output tokens per second, and TTFT (first output token − arrival), TPOT ((finish − first token)
-/ (output tokens − 1)) and end-to-end latency (finish − arrival).
+output tokens per second, requests per second (requests / makespan), and TTFT (first output
+token − arrival), TPOT ((finish − first token) / (output tokens − 1)) and end-to-end latency
+(finish − arrival), each with its mean and percentiles 50, 90, 95 and 99. Beside them:
+
+- queueing delay: arrival → the start of the request's first segment (its first scheduling),
+  apart from the service that follows;
+- inter-token latency (ITL): every gap between two consecutive output tokens of a request,
+  pooled over the requests (a request of n output tokens has n − 1 gaps, which sum to its
+  E2E − TTFT). A token is emitted at the first token time, then at the end of each decode
+  iteration of the request after it, and, in schedules where a completed prefill emits the first
+  token (continuous batching), at the end of each completed refill (the recompute of an evicted
+  request emits its next token as a prefill does). Where the first token comes from the first
+  decode iteration (the stage model of Pang et al., the bilinear and SCLS families), a refill
+  emits none. (In the schedule of a slice-level replay, ``SliceReplay.to_schedule``, a request
+  finishes with its padded batch, after its last token: there the gaps sum to less.)
+
+``metrics(instance)`` adds the SLO attainment of the instance's targets (and the run's
+goodput).
 """
 
 from __future__ import annotations
@@ -30,11 +46,33 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmopt.data.instance import Instance
+from llmopt.schedule.metrics import slo_metrics
+
 SEGMENT_COLUMNS = ["request", "client", "instance", "phase", "start_ms", "end_ms", "tokens"]
 ITERATION_COLUMNS = ["instance", "start_ms", "end_ms", "phase", "batch_size", "prefill_tokens",
                      "decode_tokens", "kv_tokens", "evictions", "running"]
 REQUEST_COLUMNS = ["request", "instance", "client", "input_tokens", "output_tokens",
                    "arrival_ms", "first_token_ms", "finish_ms", "evictions"]
+PERCENTILES = (50, 90, 95, 99)
+TIME_EPS_MS = 1e-6
+#: the metrics added beside the first ones (p50/p99 of TTFT, TPOT, E2E): a solution file written
+#: before them lacks them
+LATENCY_METRICS = (
+    *(f"{name}_p{q}_ms" for name in ("ttft", "tpot", "e2e") for q in (90, 95)),
+    "requests_per_s",
+    *(f"{name}_{stat}_ms" for name in ("queue", "itl")
+      for stat in ("mean", *(f"p{q}" for q in PERCENTILES))))
+
+
+def distribution(name: str, values: np.ndarray) -> dict[str, float]:
+    """``<name>_mean_ms`` and ``<name>_p<q>_ms`` for q in PERCENTILES (0 for no values)."""
+    if len(values) == 0:
+        values = np.zeros(1)
+    out = {f"{name}_mean_ms": float(values.mean())}
+    for q, v in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True):
+        out[f"{name}_p{q}_ms"] = float(v)
+    return out
 
 
 @dataclass
@@ -50,7 +88,11 @@ class Schedule:
     def makespan_ms(self) -> float:
         return float(self.requests["finish_ms"].max()) if len(self.requests) else 0.0
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, instance: Instance | None = None) -> dict[str, float]:
+        """Makespan, utilization, tokens/s, iteration counts and the latency percentiles (ms);
+        given the ``instance`` it ran (its SLO targets), the SLO attainment metrics too
+        (``llmopt.schedule.metrics.slo_metrics``), as in ``llmopt replay``'s table and the
+        solution file's ``metrics``."""
         req = self.requests
         makespan = self.makespan_ms
         seg = self.segments
@@ -73,13 +115,125 @@ class Schedule:
             "kv_tokens_max": int(its["kv_tokens"].max()) if len(its) else 0,
         }
         for name, series in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-            values = series.to_numpy(dtype=float)
-            if len(values) == 0:
-                values = np.zeros(1)
-            out[f"{name}_mean_ms"] = float(values.mean())
-            out[f"{name}_p50_ms"] = float(np.percentile(values, 50))
-            out[f"{name}_p99_ms"] = float(np.percentile(values, 99))
+            out.update(distribution(name, series.to_numpy(dtype=float)))
+        out["requests_per_s"] = (len(req) / (makespan / 1000.0) if makespan > 0 else 0.0)
+        out.update(distribution("queue", self.queueing_delays().to_numpy(dtype=float)))
+        out.update(distribution("itl", self._gaps()[1]))
+        if instance is not None:
+            out.update(slo_metrics(self, instance))
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+
+    def queueing_delays(self) -> pd.Series:
+        """Per request (index): the start of its first segment − its arrival (ms)."""
+        seg = self.segments[self.segments["phase"] != "evict"]
+        first = seg.groupby(seg["request"].astype(str), observed=True)["start_ms"].min()
+        req = self.requests.set_index(self.requests["request"].astype(str))
+        return (first.reindex(req.index) - req["arrival_ms"]).astype(float)
+
+    def _request_codes(self, requests: pd.Series) -> np.ndarray:
+        """Each value of ``requests`` as its row in the requests table (-1: not there)."""
+        names = pd.Index(self.requests["request"].astype(str))
+        if isinstance(requests.dtype, pd.CategoricalDtype):
+            by_category = names.get_indexer(pd.Index(requests.cat.categories.astype(str)))
+            codes = requests.cat.codes.to_numpy()
+            return np.where(codes >= 0, by_category[codes], -1)
+        return names.get_indexer(pd.Index(requests.astype(str)))
+
+    def _token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(request row, time) of every output token after the first, sorted by request row
+        then time (see the module doc for when a token is emitted)."""
+        seg = self.segments
+        first_token = self.requests["first_token_ms"].to_numpy(dtype=float)
+        decode = (seg["phase"] == "decode").to_numpy()
+        dec_rows = self._request_codes(seg["request"])[decode]
+        dec = seg[decode]
+        its = self.iterations
+        rows_parts, time_parts = [], []
+        for inst in np.unique(dec["instance"].to_numpy()):
+            mine = its[(its["instance"] == inst).to_numpy()].sort_values("start_ms",
+                                                                          kind="stable")
+            starts = mine["start_ms"].to_numpy(dtype=float)
+            ends = mine["end_ms"].to_numpy(dtype=float)
+            here = (dec["instance"] == inst).to_numpy()
+            first = np.searchsorted(starts, dec["start_ms"].to_numpy(dtype=float)[here]
+                                    - TIME_EPS_MS)
+            counts = dec["tokens"].to_numpy(dtype=np.int64)[here]
+            keep = counts > 0
+            first, counts, owners = first[keep], counts[keep], dec_rows[here][keep]
+            if not len(counts):
+                continue
+            # iteration index of every token: consecutive within a segment, jumping at the next
+            step = np.ones(int(counts.sum()), dtype=np.int64)
+            heads = np.cumsum(counts) - counts
+            step[heads] = np.diff(first, prepend=first[0] + 1) - np.concatenate(
+                ([0], counts[:-1] - 1))
+            step[0] = first[0]
+            index = np.minimum(np.cumsum(step), len(ends) - 1)
+            rows_parts.append(np.repeat(owners, counts))
+            time_parts.append(ends[index])
+        rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, dtype=np.int64)
+        times = np.concatenate(time_parts) if time_parts else np.zeros(0)
+        # a refill emits a token where a completed prefill emits the first one, i.e. unless
+        # the first token is the end of the request's first decode iteration
+        first_decode = np.full(len(first_token), np.inf)
+        np.minimum.at(first_decode, rows, times)
+        refill_rows, refill_times = self._completed_refills()
+        emits = first_decode[refill_rows] > first_token[refill_rows] + TIME_EPS_MS
+        rows = np.concatenate([rows, refill_rows[emits]])
+        times = np.concatenate([times, refill_times[emits]])
+        later = times > first_token[rows] + TIME_EPS_MS
+        rows, times = rows[later], times[later]
+        order = np.lexsort((times, rows))
+        return rows[order], times[order]
+
+    def token_times(self) -> pd.DataFrame:
+        """``request, time_ms``: the output tokens after the first of every request, in time
+        order per request (see the module doc for when a token is emitted)."""
+        rows, times = self._token_arrays()
+        names = self.requests["request"].astype(str).to_numpy()
+        return pd.DataFrame({"request": names[rows], "time_ms": times})
+
+    def _completed_refills(self) -> tuple[np.ndarray, np.ndarray]:
+        """(request row, end) of each completed refill. A request evicted with k KVs (the most
+        it held at any eviction so far: a refill cut short by another eviction held fewer) is
+        refilled by recomputing them and its pending token, k + 1 tokens in one or more
+        chunks; a refill cut short completes nothing."""
+        seg = self.segments
+        involved = seg["phase"].isin(["evict", "refill"]).to_numpy()
+        if not involved.any():
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        seg = seg[involved].assign(row=self._request_codes(seg["request"][involved]),
+                                   refill=(seg["phase"][involved] == "refill").to_numpy())
+        # an eviction marker comes before the refill that starts when it is made
+        seg = seg.sort_values(["row", "start_ms", "refill"], kind="stable")
+        evict = (seg["phase"] == "evict").to_numpy()
+        life = pd.Series(evict.astype(int), index=seg.index).groupby(seg["row"]).cumsum()
+        evicted = seg["tokens"].where(evict).astype(float)
+        freed = evicted.groupby(seg["row"]).cummax().groupby(seg["row"]).ffill()
+        refills = seg[~evict].assign(life=life, freed=freed)
+        runs = refills.groupby(["row", "life"], sort=False).agg(
+            tokens=("tokens", "sum"), freed=("freed", "first"), time_ms=("end_ms", "max"))
+        done = runs[runs["tokens"] >= runs["freed"] + 1].reset_index()
+        return done["row"].to_numpy(dtype=np.int64), done["time_ms"].to_numpy(dtype=float)
+
+    def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """(request row, gap in ms) of every gap between consecutive output tokens."""
+        rows, times = self._token_arrays()
+        before = np.empty_like(times)
+        if len(times):
+            before[1:] = times[:-1]
+            starts = np.ones(len(rows), dtype=bool)
+            starts[1:] = rows[1:] != rows[:-1]
+            first_token = self.requests["first_token_ms"].to_numpy(dtype=float)
+            before[starts] = first_token[rows[starts]]
+        return rows, times - before
+
+    def inter_token_latencies(self) -> pd.DataFrame:
+        """``request, itl_ms``: every gap between consecutive output tokens of a request (the
+        first gap from its first token), in time order per request."""
+        rows, gaps = self._gaps()
+        names = self.requests["request"].astype(str).to_numpy()
+        return pd.DataFrame({"request": names[rows], "itl_ms": gaps})
 
     def segments_records(self) -> list[dict[str, Any]]:
         """Segments as a list of dicts (times rounded to the microsecond)."""

@@ -14,8 +14,6 @@ policy cannot make progress: an internal error.
 from __future__ import annotations
 
 import gc
-import heapq
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,10 +23,14 @@ import pandas as pd
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError
-from llmopt.policies.base import IterationPolicy, Router
 from llmopt.progress import SILENT, Progress
 from llmopt.schedule import Schedule
-from llmopt.sim.replica import DONE, Replica, RequestState
+from llmopt.sim.clock import Clock
+from llmopt.sim.policy import DONE, IterationPolicy, Router
+from llmopt.sim.replica import Replica, RequestState
+
+ARRIVAL, READY = 0, 1  # the clock's events: an arrival goes first at the same instant
+SAME_INSTANT_MS = 1e-9  # a replica ready this close before an arrival waits for it
 
 
 @dataclass
@@ -83,61 +85,53 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _run(replicas: list[Replica], state: RequestState, router: Router) -> None:
-    arrivals = sorted(range(len(state.arr)), key=lambda i: (state.arr[i], i))
+    clock = Clock(state.arr, arrival_kind=ARRIVAL, tolerance_ms=SAME_INSTANT_MS)
     if len(replicas) == 1:
-        _run_one(replicas[0], state, arrivals)
+        _run_one(replicas[0], state, clock)
         return
-    ready: list[tuple[float, int]] = []  # (time, replica) of replicas with work
     awake = [False] * len(replicas)
-    nxt = 0
-    n = len(arrivals)
-    while True:
-        t_arrival = state.arr[arrivals[nxt]] if nxt < n else math.inf
-        if ready and ready[0][0] < t_arrival - 1e-9:
-            _, k = heapq.heappop(ready)
+    while clock:
+        t, kind, k = clock.pop()
+        if kind == READY:
             replica = replicas[k]
-            if replica.step(t_arrival if nxt < n else None):
-                heapq.heappush(ready, (replica.t, k))
+            if replica.step(clock.next_arrival_ms()):
+                clock.push(replica.t, READY, k, key=k)
             elif replica.wake_at is not None:
                 replica.t, replica.wake_at = max(replica.t, replica.wake_at), None
-                heapq.heappush(ready, (replica.t, k))
+                clock.push(replica.t, READY, k, key=k)
             else:
                 awake[k] = False
             continue
-        if nxt >= n:
-            break
-        i = arrivals[nxt]
-        nxt += 1
-        k = router.route(i, t_arrival, replicas)  # type: ignore[arg-type]
+        i = k
+        k = router.route(i, t, replicas)  # type: ignore[arg-type]
         replica = replicas[k]
         replica.enqueue(i)
         if not awake[k]:
             awake[k] = True
-            replica.t = max(replica.t, t_arrival)
-            heapq.heappush(ready, (replica.t, k))
+            replica.t = max(replica.t, t)
+            clock.push(replica.t, READY, k, key=k)
     for replica in replicas:
         if any(state.status[i] != DONE for i in replica.members):
             _stuck(replica)
 
 
-def _run_one(replica: Replica, state: RequestState, arrivals: list[int]) -> None:
-    """``_run`` for one replica (no router, no heap): the same events in the same order."""
-    arr, n, nxt = state.arr, len(arrivals), 0
+def _run_one(replica: Replica, state: RequestState, clock: Clock) -> None:
+    """``_run`` for one replica: the same events in the same order, its ready times kept
+    here rather than on the clock (a replay of a trace takes millions of steps)."""
     awake = False
     while True:
-        t_arrival = arr[arrivals[nxt]] if nxt < n else math.inf
-        if awake and replica.t < t_arrival - 1e-9:
-            if replica.step(t_arrival if nxt < n else None):
+        t_arrival = clock.next_arrival_ms()
+        if awake and (t_arrival is None or replica.t < t_arrival - SAME_INSTANT_MS):
+            if replica.step(t_arrival):
                 continue
             if replica.wake_at is not None:
                 replica.t, replica.wake_at = max(replica.t, replica.wake_at), None
             else:
                 awake = False
             continue
-        if nxt >= n:
+        if t_arrival is None:
             break
-        replica.enqueue(arrivals[nxt])
-        nxt += 1
+        replica.enqueue(clock.take_arrival())
         if not awake:
             awake = True
             replica.t = max(replica.t, t_arrival)
@@ -174,8 +168,8 @@ def _schedule(instance: Instance, replicas: list[Replica], state: RequestState,
     })
     if len(replicas) == 1:
         seg, its = segments[0], iterations[0]
-    else:
-        seg = pd.concat(segments, ignore_index=True)
-        its = pd.concat(iterations, ignore_index=True)
+    else:  # a replica that ran nothing has untyped empty tables: left out of the concat
+        seg = pd.concat([t for t in segments if len(t)] or segments[:1], ignore_index=True)
+        its = pd.concat([t for t in iterations if len(t)] or iterations[:1], ignore_index=True)
     return Schedule(policy=name, segments=seg, iterations=its, requests=requests,
                     clients=instance.system.clients * len(replicas))

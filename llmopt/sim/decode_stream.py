@@ -55,6 +55,9 @@ class DecodeStream:
     def m_of(self, i: int) -> int:
         return self.m[i] + self.G - self.base[i] if i in self.members else self.m[i]
 
+    def gen_of(self, i: int) -> int:
+        return self.gen[i] + self.G - self.base[i] if i in self.members else self.gen[i]
+
     def sync(self, i: int) -> None:
         """Write member ``i``'s current m, S and generated count to the engine's lists."""
         d = self.G - self.base[i]

@@ -29,7 +29,7 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -39,66 +39,11 @@ from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.sim.batch import Batch
 from llmopt.sim.decode_stream import DecodeStream
+from llmopt.sim.policy import DONE, PENDING, RUNNING, WAITING, IterationPolicy
 from llmopt.sim.recorder import Recorder
 
-PENDING, WAITING, RUNNING, DONE = 0, 1, 2, 3
 NO_NEED = -(1 << 62)  # the reservation of a running request: it always "fits"
 STEPWISE_ROUNDS = 32  # decode-only runs up to this long are timed round by round, not numpy
-
-
-class Steady(NamedTuple):
-    """A policy's promise for a decode-only batch of every running decoder: it would form the
-    same batch for ``rounds`` iterations (``math.inf``: until something else changes), and,
-    when ``until_arrival``, only until the next request arrives."""
-
-    rounds: float = math.inf
-    until_arrival: bool = True
-
-
-class IterationPolicy:
-    """Base class of iteration-level schedulers (see the module doc). Subclasses implement
-    :meth:`next_batch`; the rest has defaults."""
-
-    name: str = "policy"
-    #: prompt tokens also produce the first output token (InferMax, vLLM); False when the first
-    #: token comes from the first decode iteration (Pang et al.'s stage model, eq 8)
-    first_token_from_prefill: bool = True
-    #: the replica ignores the KV capacity (hypothetical policies such as vllm-unlimited)
-    unlimited_memory: bool = False
-    #: the replica keeps the ranks of its decode-phase requests sorted (``Replica.dec_keys``)
-    tracks_decode_ranks: bool = False
-
-    def check(self, instance: Instance, replica: Replica) -> None:
-        """Raise :class:`~llmopt.errors.LlmoptError` when the policy cannot run ``instance``
-        (a limit it needs is missing, a request can never fit)."""
-
-    def priority_keys(self, instance: Instance) -> np.ndarray:
-        """One key per request; the replica keeps its waiting requests sorted by (key,
-        arrival, index). Default: arrival (FCFS)."""
-        return instance.arrival_ms
-
-    def attach(self, replica: Replica) -> None:
-        """Called once before the run."""
-
-    def arrived(self, replica: Replica, i: int) -> None:
-        """Request ``i`` was routed to this replica (it is in ``replica.waiting`` already)."""
-
-    def finished(self, replica: Replica, i: int) -> None:
-        """Request ``i`` finished."""
-
-    def reservation(self, replica: Replica, i: int) -> int:
-        """KV tokens waiting request ``i`` reserves when it starts (m_reserve): by default its
-        prompt (or, after an eviction, everything it must recompute)."""
-        return replica.S[i]
-
-    def next_batch(self, replica: Replica) -> Batch | None:
-        """The next iteration's batch, or None when nothing can run now."""
-        raise NotImplementedError
-
-    def steady(self, replica: Replica, batch: Batch) -> Steady | None:
-        """For a decode-only batch of every running decoder, whether (and how long) the
-        policy would form it again; None: no promise, simulate the next iteration on its own."""
-        return None
 
 
 @dataclass
@@ -151,21 +96,22 @@ class Replica:
         self.M: float = (math.inf if policy.unlimited_memory or limits.kv_tokens is None
                          else limits.kv_tokens)
         self.kv_limit = limits.kv_tokens
-        self.state = state
+        self._state = state
         self.I, self.O, self.arr = state.I, state.O, state.arr
         self.S, self.m, self.gen = state.S, state.m, state.gen
         self.status, self.reserve_to, self.slot = state.status, state.reserve_to, state.slot
+        self.first_ms, self.replica_of = state.first_ms, state.replica
         self.rank_of, self.by_rank = rank_of, by_rank
         self.first_from_prefill = policy.first_token_from_prefill
         self.fast = fast
         self.stop_at_arrivals = False  # runs stop before every arrival (a router reads state)
-        self.stream = DecodeStream(self.m, self.S, self.gen, self.reserve_to, self.O)
-        self.idle: set[int] = set()        # decode phase, outside the stream
+        self._stream = DecodeStream(self.m, self.S, self.gen, self.reserve_to, self.O)
+        self._idle: set[int] = set()        # decode phase, outside the stream
         self.prefilling: set[int] = set()  # running, before or in a prefill/refill
         self.evicted_now = 0
         self.just_evicted: set[int] = set()
-        self.free_slots = list(range(self.J))
-        heapq.heapify(self.free_slots)
+        self._free_slots = list(range(self.J))
+        heapq.heapify(self._free_slots)
         self.waiting: list[int] = []  # ranks of the waiting requests, sorted
         # their reservations alongside, and by rank with NO_NEED for running requests (fixed
         # while a request waits; a policy whose reservations move may refresh them)
@@ -180,7 +126,7 @@ class Replica:
         self.t = 0.0              # end of the iteration in flight (or of the last one)
         self.last_start = 0.0     # start of that iteration
         self.wake_at: float | None = None  # a policy that waits for a time sets it
-        self.rec = Recorder(index)
+        self._rec = Recorder(index)
         self._finished_hook = type(policy).finished is not IterationPolicy.finished
         self._arrived_hook = type(policy).arrived is not IterationPolicy.arrived
         self._iteration_ms = self.profile.iteration_ms
@@ -196,13 +142,35 @@ class Replica:
         return self.M - self._held()
 
     def running(self) -> list[int]:
-        return [*self.stream.members, *self.idle, *self.prefilling]
+        return [*self._stream.members, *self._idle, *self.prefilling]
+
+    def decoders(self) -> list[int]:
+        """Running requests in the decode phase."""
+        return [*self._stream.members, *self._idle]
 
     def decoding(self, i: int) -> bool:
-        return i in self.stream or i in self.idle
+        return i in self._stream or i in self._idle
+
+    def free_clients(self) -> list[int]:
+        """The client slots no running request holds, lowest first."""
+        return sorted(self._free_slots)
 
     def m_of(self, i: int) -> int:
-        return self.stream.m_of(i)
+        return self._stream.m_of(i)
+
+    def generated(self, i: int) -> int:
+        """Tokens request ``i`` has generated so far."""
+        return self._stream.gen_of(i)
+
+    def decode_kv(self) -> int:
+        """KVs cached by the requests in the decode phase (Σ m)."""
+        m = self.m
+        return self._stream.kv() + sum(m[i] for i in self._idle)
+
+    def cached_kv(self) -> int:
+        """KVs cached by every running request (Σ m)."""
+        m = self.m
+        return self.decode_kv() + sum(m[i] for i in self.prefilling)
 
     def held_by(self, i: int) -> int:
         """KVs running request i holds: max(m, m_reserve)."""
@@ -211,8 +179,8 @@ class Replica:
     def _held(self) -> float:
         """KV memory held by the running requests: Σ max(m, m_reserve)."""
         m, r = self.m, self.reserve_to
-        held = self.stream.held()
-        for group in (self.prefilling, self.idle):
+        held = self._stream.held()
+        for group in (self.prefilling, self._idle):
             for i in group:
                 held += m[i] if m[i] > r[i] else r[i]
         return held
@@ -223,19 +191,32 @@ class Replica:
 
     def all_decode_needs(self) -> int:
         """New KVs the next decode of every request in the decode phase needs."""
-        needs = self.stream.needs()
-        if self.idle:
-            needs += sum(self.decode_needs(i) for i in self.idle)
+        needs = self._stream.needs()
+        if self._idle:
+            needs += sum(self.decode_needs(i) for i in self._idle)
         return needs
 
+    def decode_needs_each(self) -> dict[int, int]:
+        """For each request in the decode phase, the new KVs its next decode needs (0 or 1)."""
+        need = self._stream.need_of_each()
+        for i in self._idle:
+            need[i] = self.decode_needs(i)
+        return need
+
     def n_decoders(self) -> int:
-        return len(self.stream) + len(self.idle)
+        return len(self._stream) + len(self._idle)
+
+    # ------------------------------------------------------------------ policy actions
+
+    def new_batch(self, tokens: float, prefill: float) -> Batch:
+        """An empty batch with the free KVs and these token and prompt-token budgets."""
+        return Batch(self.M - self._held(), tokens, prefill)
 
     # ------------------------------------------------------------------ queues
 
     def enqueue(self, i: int) -> None:
         """Request ``i`` arrives here."""
-        self.state.replica[i] = self.index
+        self._state.replica[i] = self.index
         self.members.append(i)
         self.status[i] = WAITING
         self.outstanding_tokens += self.I[i] + self.O[i] - (1 if self.first_from_prefill else 0)
@@ -260,37 +241,35 @@ class Replica:
 
     def _into_decode_phase(self, i: int) -> None:
         self.prefilling.discard(i)
-        self.idle.add(i)
+        self._idle.add(i)
         if self.dec_keys is not None:
             bisect.insort(self.dec_keys, self.rank_of[i])
 
     def _stop(self, i: int) -> None:
         """Request i stops running (it finished or is evicted) and frees its slot."""
-        in_stream = i in self.stream.members
-        if self.dec_keys is not None and (in_stream or i in self.idle):
+        in_stream = i in self._stream.members
+        if self.dec_keys is not None and (in_stream or i in self._idle):
             del self.dec_keys[bisect.bisect_left(self.dec_keys, self.rank_of[i])]
         if in_stream:
-            self.stream.leave(i)
-        self.idle.discard(i)
+            self._stream.leave(i)
+        self._idle.discard(i)
         self.prefilling.discard(i)
         self.n_running -= 1
-        heapq.heappush(self.free_slots, self.slot[i])
+        heapq.heappush(self._free_slots, self.slot[i])
         self.slot[i] = -1
         self.m[i] = 0
         self.reserve_to[i] = 0
-
-    # ------------------------------------------------------------------ policy actions
 
     def admit(self, i: int, c: int, need: int, b: Batch, slot: int | None = None) -> None:
         """Start waiting request ``i`` (already taken off the queue) with a first chunk of
         ``c`` tokens, reserving ``need`` KVs, on ``slot`` (default: the lowest free one)."""
         self.status[i] = RUNNING
         if slot is None:
-            slot = heapq.heappop(self.free_slots)
+            slot = heapq.heappop(self._free_slots)
         else:
-            self.free_slots.remove(slot)
-            heapq.heapify(self.free_slots)
-        self.slot[i] = self.state.last_slot[i] = slot
+            self._free_slots.remove(slot)
+            heapq.heapify(self._free_slots)
+        self.slot[i] = self._state.last_slot[i] = slot
         self.reserve_to[i] = need
         self.prefilling.add(i)
         self.n_running += 1
@@ -301,11 +280,11 @@ class Replica:
         """Preempt running request ``victim``: its KVs are freed (to be recomputed) and it
         waits again."""
         freed = self.m_of(victim)
-        self.rec.segment(victim, self.slot[victim], "evict", self.t, self.t, freed)
+        self._rec.segment(victim, self.slot[victim], "evict", self.t, self.t, freed)
         self._stop(victim)
         self.evicted_now += 1
         self.just_evicted.add(victim)
-        self.state.evictions[victim] += 1
+        self._state.evictions[victim] += 1
         self.outstanding_tokens += freed
         self.status[victim] = WAITING
         self._push_waiting(victim)
@@ -329,31 +308,31 @@ class Replica:
 
     def _join(self, i: int) -> None:
         if self.gen[i] == 0:  # its first token comes from this stream iteration
-            self.state.first_g[i] = self.stream.G
-        self.stream.join(i, self.slot[i])
+            self._state.first_g[i] = self._stream.G
+        self._stream.join(i, self.slot[i])
 
     def _set_decoders(self, b: Batch) -> int:
         """Make the stream exactly the batch's decoders; how many decode."""
-        stream = self.stream
+        stream = self._stream
         if b.all_decodes:
-            for i in self.idle:
+            for i in self._idle:
                 self._join(i)
-            self.idle.clear()
+            self._idle.clear()
             return len(stream)
         chosen = set(b.dec)
         if chosen != stream.members:
             for i in stream.members - chosen:
                 stream.leave(i)
-                self.idle.add(i)
+                self._idle.add(i)
             for i in chosen - stream.members:
-                self.idle.discard(i)
+                self._idle.discard(i)
                 self._join(i)
         return len(chosen)
 
     def _process(self, b: Batch) -> None:
         """One batch of prefill/refill chunks and decodes."""
         m, S, gen, O = self.m, self.S, self.gen, self.O
-        stream = self.stream
+        stream = self._stream
         n_dec = self._set_decoders(b) if b.n_dec else 0
         decode_kv = stream.kv() if n_dec else 0
         chunks = b.chunks
@@ -366,11 +345,11 @@ class Replica:
         other_kv = 0
         for i in self.prefilling:
             other_kv += m[i]
-        for i in self.idle:
+        for i in self._idle:
             other_kv += m[i]
         finished = []  # by their prefill or refill, then by decoding
         for i, c in chunks:
-            self.rec.segment(i, self.slot[i], "refill" if gen[i] >= 1 else "prefill", start,
+            self._rec.segment(i, self.slot[i], "refill" if gen[i] >= 1 else "prefill", start,
                              end, c)
             m[i] += c
             if m[i] == S[i]:
@@ -380,7 +359,7 @@ class Replica:
                 gen[i] += 1
                 S[i] += 1
                 if gen[i] == 1:
-                    self.state.first_ms[i] = end
+                    self._state.first_ms[i] = end
             if gen[i] >= 1 and m[i] == S[i] - 1:
                 if gen[i] >= O[i]:
                     finished.append(i)
@@ -398,7 +377,7 @@ class Replica:
         self.outstanding_tokens -= pre_tokens + n_dec
         kv = stream.kv() + other_kv + pre_tokens
         phase = "mixed" if chunks and n_dec else "prefill" if chunks else "decode"
-        self.rec.iteration(start, end, phase, len(chunks) + n_dec, pre_tokens, n_dec, kv,
+        self._rec.iteration(start, end, phase, len(chunks) + n_dec, pre_tokens, n_dec, kv,
                            self.evicted_now, running)
         self.evicted_now = 0
         self.t, self.last_start = end, start
@@ -413,12 +392,12 @@ class Replica:
         first, as the batch's processing would have them."""
         if b.chunks or not b.all_decodes or self.evicted_now:
             return 1
-        if self.idle:
+        if self._idle:
             self._set_decoders(b)
         promise = self.policy.steady(self, b)
         if promise is None:
             return 1
-        stream = self.stream
+        stream = self._stream
         needs = stream.needs()
         free = self.M - self._held()
         rounds = stream.horizon() - stream.G
@@ -448,9 +427,9 @@ class Replica:
         """Starts and ends of ``rounds`` decode-only iterations of the whole stream from now,
         summed in the order the iteration-by-iteration simulation sums them (up to
         STEPWISE_ROUNDS one by one, as most runs are short; more with numpy)."""
-        per_batch, per_kv = self.profile.decode_iteration_costs(len(self.stream))
-        n = len(self.stream)
-        kv, t = self.stream.kv(), self.t
+        per_batch, per_kv = self.profile.decode_iteration_costs(len(self._stream))
+        n = len(self._stream)
+        kv, t = self._stream.kv(), self.t
         if rounds <= STEPWISE_ROUNDS:
             times = [t]
             for _ in range(rounds):
@@ -465,12 +444,12 @@ class Replica:
 
     def _decode_run(self, rounds: int) -> None:
         """``rounds`` iterations of the same decode-only batch (see ``_steady_rounds``)."""
-        stream = self.stream
+        stream = self._stream
         n = len(stream)
         kv = stream.kv() + sum(self.m[i] for i in self.prefilling)
         starts, ends = self._decode_times(rounds)
         finished = stream.advance(starts, ends)
-        self.rec.iterations(starts, ends, "decode", n, 0, n,
+        self._rec.iterations(starts, ends, "decode", n, 0, n,
                             kv + n * np.arange(1, rounds + 1), evictions=0,
                             running=self.n_running)
         self.decode_iterations += rounds
@@ -482,7 +461,7 @@ class Replica:
 
     def _finish(self, i: int) -> None:
         self._stop(i)
-        self.state.finish_ms[i] = self.t
+        self._state.finish_ms[i] = self.t
         self.status[i] = DONE
         if self._finished_hook:
             self.policy.finished(self, i)
@@ -491,13 +470,13 @@ class Replica:
 
     def tables(self, ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Segments and iterations of this replica (decode segments built from the stream)."""
-        decodes = self.stream.segments()
-        self.rec.segments(*decodes[:2], "decode", *decodes[2:])
+        decodes = self._stream.segments()
+        self._rec.segments(*decodes[:2], "decode", *decodes[2:])
         del decodes  # the recorder holds them now, and releases them as it builds the table
-        ends = self.stream.ends
-        state = self.state
+        ends = self._stream.ends
+        state = self._state
         for i in self.members:
             g = state.first_g[i]
             if g >= 0 and math.isnan(state.first_ms[i]):
                 state.first_ms[i] = ends[g]
-        return self.rec.segment_frame(ids), self.rec.iteration_frame()
+        return self._rec.segment_frame(ids), self._rec.iteration_frame()

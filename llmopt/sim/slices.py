@@ -11,30 +11,23 @@ M_kv(N, L_i, L_o) = (L_i + L_o)·N·Δ (eq 5), and returns its finished members 
 (static batching returns a batch's results together); the unfinished ones go back to the
 scheduler.
 
-Two ways requests reach the instances (:class:`SliceScheduler`, field ``dispatch``):
+Two ways requests reach the instances (:class:`Dispatch`), the scheduler's choice; what it
+decides within them is given to the engine (:class:`SliceStrategies`, built by the scheduler:
+:mod:`llmopt.policies.slice` has SCLS and its ladder):
 
-``pool``   SCLS and its ablations PM, AB, LB (section 5.4, Fig. 7): a central pool. Every period
-           (from the first arrival on) the pooled requests (arrived, unfinished, not queued or
-           running) are partitioned into batches by the batcher (``dp``: Algorithm 1 / eq 10,
-           with PM's size limit when ``batch_size`` is set; ``fcfs``: arrival order, fixed
-           size), and the batches are offloaded to the instances' local queues (``max-min``:
-           eq 11, longest estimate to the least-loaded instance, the load decremented by the
-           estimate when the instance finishes the batch; ``round-robin``: in the batcher's
-           order, continuing the turn across periods). The next period starts T later: T = Γ
-           (``fixed``) or eq 12, T = max(λ·min_w T_load(w), Γ), from the loads after
-           offloading (``adaptive``; with an empty pool it is recomputed from the current
-           loads). Requests returned by a batch wait for the next period.
-``route``  SLS and SO (sections 5.1, 5.4): each arriving request is dealt round-robin to an
-           instance's local queue, and so is every unfinished request returned by a batch (the
-           same turn counter: SO "re-sends unfinished requests to workers"). An idle instance
-           takes the first ``batch_size`` requests of its queue (FCFS; fewer when the queue is
-           shorter: it does not wait to fill a batch) and serves them; if that batch would run
-           out of memory (eqs 5–9 / Algorithm 2 at S) its last members stay queued until it
-           fits (a request that does not fit even alone is a user error, as in the pool).
-           SLS is this with S = the generation limit (1024 in section 5.1).
+``pool``   a central pool. Every period (from the first arrival on) the pooled requests
+           (arrived, unfinished, not queued or running) are partitioned into batches by the
+           *batcher*, which also estimates each batch's serving time, and the batches go to the
+           instances' local queues as the *offloader* assigns and orders them (it is told when
+           an instance finishes a batch). The next period starts when the *interval* says.
+           Requests returned by a batch wait for the next period.
+``route``  each arriving request, and every unfinished request returned by a batch, goes to the
+           local queue of the instance the *local batcher* deals it to; an idle instance takes
+           from its queue the batch the local batcher forms (it does not wait to fill one).
 
-An instance serves its local queue one batch after another. Events at one instant are taken in
-the order: batch ends, arrivals, the period; then idle instances start their next batch.
+An instance serves its local queue one batch after another. The engine runs on the simulation's
+clock (:mod:`llmopt.sim.clock`); events at one instant are taken in the order: batch ends,
+arrivals, the period; then idle instances start their next batch.
 
 First token time: eq 2 counts L_o decode iterations after the prefill, each yielding one token,
 so a request's first token is at the end of the first decode iteration of its first batch
@@ -48,37 +41,20 @@ per batch member and per instance tables, and converts to llmopt's :class:`Sched
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from llmopt.data.cost.scls import SclsProfile
+from llmopt.data.cost.scls import SclsProfile, check_slice_length
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError, OptionError, ProfileError
-from llmopt.problems.scls.offload import (
-    DEFAULT_GAMMA_MS,
-    DEFAULT_LAMBDA,
-    MaxMinOffloader,
-    check_interval_parameters,
-)
-from llmopt.problems.scls.partition import (
-    DEFAULT_SLICE_LENGTH,
-    Pool,
-    check_slice_length,
-    dp_batches,
-    fcfs_batches,
-)
 from llmopt.schedule import Schedule
-
-DISPATCHES = ("pool", "route")
-BATCHERS = ("dp", "fcfs")
-OFFLOADERS = ("max-min", "round-robin")
-INTERVALS = ("adaptive", "fixed")
+from llmopt.sim.clock import Clock
 
 _BATCH_END, _ARRIVAL, _PERIOD = 0, 1, 2  # order of simultaneous events
 
@@ -120,49 +96,6 @@ def serve_slice(profile: SclsProfile, prompt_tokens: Sequence[int], remaining: S
         generated=generated, finished=[r <= iterations for r in remaining],
         pad_tokens=[length - p for p in prompt_tokens],
         invalid_tokens=[iterations - g for g in generated])
-
-
-# --- the scheduler's parameters -------------------------------------------------------------
-@dataclass(frozen=True)
-class SliceScheduler:
-    """A slice-level scheduler as parameters of the simulation (see the module docstring):
-    how requests reach instances (``dispatch``), the batcher, its size (fixed for ``fcfs``, a
-    limit for ``dp``; None: none), the offloader, the period rule (eq 12 or fixed Γ), λ, Γ (ms)
-    and the slice length S."""
-
-    name: str
-    dispatch: Literal["pool", "route"] = "pool"
-    batcher: Literal["dp", "fcfs"] = "dp"
-    batch_size: int | None = None
-    offloader: Literal["max-min", "round-robin"] = "max-min"
-    interval: Literal["adaptive", "fixed"] = "adaptive"
-    slice_length: int = DEFAULT_SLICE_LENGTH
-    gamma_ms: float = DEFAULT_GAMMA_MS
-    lam: float = DEFAULT_LAMBDA
-
-    def checked(self) -> SliceScheduler:
-        """The parameters validated (user errors: one :class:`OptionError` naming the field)."""
-        for name, value, allowed in (("dispatch", self.dispatch, DISPATCHES),
-                                     ("batcher", self.batcher, BATCHERS),
-                                     ("offloader", self.offloader, OFFLOADERS),
-                                     ("interval", self.interval, INTERVALS)):
-            if value not in allowed:
-                raise OptionError(f"unknown {name} (one of: {', '.join(allowed)})", field=name,
-                                  value=value, has_value=True)
-        check_slice_length(self.slice_length)
-        check_interval_parameters(self.gamma_ms, self.lam)
-        size = self.batch_size
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
-                                 or size < 1):
-            raise OptionError("the batch size must be an integer ≥ 1", field="batch_size",
-                              value=size, has_value=True)
-        if self.batcher == "fcfs" and size is None:
-            raise OptionError("FCFS batching needs a fixed batch size", field="batch_size",
-                              value=size, has_value=True)
-        if self.dispatch == "route" and self.batcher != "fcfs":
-            raise OptionError("routed requests are batched by their instance, FCFS",
-                              field="batcher", value=self.batcher)
-        return self
 
 
 # --- the result -----------------------------------------------------------------------------
@@ -223,7 +156,7 @@ class SliceReplay:
     members: pd.DataFrame
     periods_ms: list[float]
     completion_ms: list[float]
-    scheduler: SliceScheduler | None = field(default=None)
+    scheduler: object = None  # the scheduler's parameters, as it gave them
 
     def metrics(self) -> dict[str, float]:
         """Issue 17 item 7 (the paper's section 5 metrics): request throughput (requests per
@@ -327,6 +260,79 @@ class SliceReplay:
                         clients=self.workers * largest)
 
 
+# --- what the scheduler decides -------------------------------------------------------------
+class Dispatch(StrEnum):
+    """How requests reach the instances (see the module docstring)."""
+
+    POOL = "pool"
+    ROUTE = "route"
+
+
+class PoolBatcher(Protocol):
+    def batches(self, prompts: list[int], ids: list[str]) -> tuple[list[list[int]], list[float]]:
+        """The pooled requests (their current prompts, in arrival order) partitioned into
+        batches (positions in ``prompts``), with each batch's estimated serving time (ms)."""
+        ...
+
+
+class Offloader(Protocol):
+    def offload(self, estimates: list[float]) -> tuple[list[int], list[int]]:
+        """The instance of each batch of a period, and the order they join their queues."""
+        ...
+
+    def served(self, worker: int, estimate: float) -> None:
+        """Instance ``worker`` finished a batch estimated at ``estimate`` ms."""
+        ...
+
+
+class Interval(Protocol):
+    def next_ms(self) -> float:
+        """The time from this period to the next one (ms)."""
+        ...
+
+
+class LocalBatcher(Protocol):
+    def deal(self) -> int:
+        """The instance that takes the next arriving or returned request."""
+        ...
+
+    def take(self, queue: deque[int], prompt_of: Callable[[int], int], ids: list[str]
+             ) -> tuple[int, float]:
+        """How many requests from the head of an idle instance's ``queue`` form its next batch
+        (``prompt_of``: a request's current prompt; ``ids``: the requests' ids), and the
+        batch's estimated time (ms)."""
+        ...
+
+
+@dataclass
+class SliceStrategies:
+    """A slice-level scheduler as the engine runs it: the dispatch and, for a pool, the
+    batcher, the offloader and the interval; for routing, the local batcher. ``check`` refuses
+    requests the scheduler can never serve (current prompts, ids, the instance's label)."""
+
+    dispatch: Dispatch
+    check: Callable[[list[int], list[str], str], None]
+    batcher: PoolBatcher | None = None
+    offloader: Offloader | None = None
+    interval: Interval | None = None
+    local: LocalBatcher | None = None
+
+
+class SlicePolicy(Protocol):
+    """A slice-level scheduler: its name, its slice length S and its strategies for a run."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def slice_length(self) -> int: ...
+
+    def strategies(self, profile: SclsProfile, workers: int, label: str) -> SliceStrategies:
+        """The strategies of one run on ``workers`` instances (``label``: the instance's, for
+        error messages)."""
+        ...
+
+
 # --- the simulation -------------------------------------------------------------------------
 class _State:
     """Per-request progress (arrays indexed like the instance's requests)."""
@@ -345,9 +351,13 @@ class _State:
         self.slices = np.zeros(n, dtype=np.int64)
         self.where = np.full(n, -1, dtype=np.int64)
 
+    def prompt(self, i: int) -> int:
+        """Request ``i``'s current prompt: its input and the tokens generated so far."""
+        return int(self.input[i] + self.generated[i])
+
 
 class _Cluster:
-    def __init__(self, instance: Instance, scheduler: SliceScheduler, workers: int) -> None:
+    def __init__(self, instance: Instance, policy: SlicePolicy, workers: int) -> None:
         profile = instance.profile
         if not isinstance(profile, SclsProfile):
             raise ProfileError("slice-level scheduling needs an scls profile (eqs 1–9)",
@@ -357,87 +367,49 @@ class _Cluster:
                               value=workers, has_value=True)
         self.label = instance.label()
         self.profile = profile
-        self.sch = scheduler.checked()
-        self.s = scheduler.slice_length
+        self.policy = policy
+        self.s = policy.slice_length
         self.w = workers
+        self.how = policy.strategies(profile, workers, self.label)
         self.st = _State(instance)
-        # every request must fit alone at S (eqs 5–9 / Algorithm 2): checked as the pool does
-        Pool.of(self.st.input.tolist(), profile, self.s, self.st.ids, file=self.label)
-        self.events: list[tuple[float, int, int, int]] = []
-        self.seq = 0
+        self.how.check(self.st.input.tolist(), self.st.ids, self.label)
+        self.clock = Clock(self.st.arrival.tolist(), arrival_kind=_ARRIVAL)
         self.queue: list[deque[tuple[list[int], float, int]]] = [deque() for _ in range(workers)]
         self.local: list[deque[int]] = [deque() for _ in range(workers)]
         self.running: list[tuple[list[int], float] | None] = [None] * workers
         self.pool: list[int] = []
-        self.turn = 0
-        self.offloader = MaxMinOffloader(workers)
         self.unfinished = len(self.st.ids)
         self.periods: list[float] = []
         self.completion = [0.0] * workers
         self.batch_rows: list[tuple] = []
         self.member_rows: list[tuple] = []
 
-    def push(self, time: float, kind: int, payload: int) -> None:
-        heapq.heappush(self.events, (time, kind, self.seq, payload))
-        self.seq += 1
-
     # --- dispatch ---------------------------------------------------------------------------
-    def next_turn(self) -> int:
-        w = self.turn % self.w
-        self.turn += 1
-        return w
-
     def period(self, now: float) -> None:
-        """Batch the pool, offload the batches, schedule the next period (eqs 10–12)."""
+        """Batch the pool, offload the batches, schedule the next period."""
         k = len(self.periods)
         self.periods.append(now)
+        batcher, offloader, interval = self.how.batcher, self.how.offloader, self.how.interval
+        assert batcher is not None and offloader is not None and interval is not None
         if self.pool:
             st = self.st
             members = sorted(self.pool, key=lambda i: (st.arrival[i], i))
             self.pool = []
             prompts = (st.input[members] + st.generated[members]).tolist()
-            pool = Pool.of(prompts, self.profile, self.s, [st.ids[i] for i in members],
-                           self.sch.batch_size if self.sch.batcher == "dp" else None,
-                           file=self.label)
-            groups = dp_batches(pool) if self.sch.batcher == "dp" else fcfs_batches(
-                pool, self.sch.batch_size or 1)
-            estimates = [pool.batch_ms(g) for g in groups]
-            if self.sch.offloader == "max-min":
-                targets = self.offloader.offload(estimates)       # eq 11
-                order = sorted(range(len(groups)), key=lambda j: (-estimates[j], j))
-            else:
-                targets = [self.next_turn() for _ in groups]
-                for j, t in enumerate(targets):
-                    self.offloader.loads[t] += estimates[j]
-                order = list(range(len(groups)))
+            groups, estimates = batcher.batches(prompts, [st.ids[i] for i in members])
+            targets, order = offloader.offload(estimates)
             for j in order:
                 self.queue[targets[j]].append(([members[x] for x in groups[j]], estimates[j],
                                                k))
         if self.unfinished:
-            if self.sch.interval == "adaptive":
-                gap = self.offloader.interval_ms(self.sch.lam, self.sch.gamma_ms)  # eq 12
-            else:
-                gap = self.sch.gamma_ms
-            self.push(now + gap, _PERIOD, -1)
+            self.clock.push(now + interval.next_ms(), _PERIOD, -1)
 
     def take_local(self, w: int) -> None:
-        """An idle routed instance forms its next batch: the first ``batch_size`` of its
-        queue, fewer until it fits in memory."""
-        q, st = self.local[w], self.st
-        size = min(self.sch.batch_size or 1, len(q))
-        batch = [q[x] for x in range(size)]
-        while len(batch) > 1:
-            longest = int(max(st.input[i] + st.generated[i] for i in batch))
-            if not self.profile.out_of_memory(len(batch), longest, self.s):
-                break
-            batch.pop()
-        for _ in batch:
-            q.popleft()
-        longest = int(max(st.input[i] + st.generated[i] for i in batch))
-        if len(batch) == 1 and self.profile.out_of_memory(1, longest, self.s):
-            # a re-sent request whose prompt grew beyond memory: the pool's user error
-            Pool.of([longest], self.profile, self.s, [st.ids[batch[0]]], file=self.label)
-        self.queue[w].append((batch, self.profile.serve_ms(len(batch), longest, self.s), -1))
+        """An idle routed instance forms its next batch from its queue."""
+        assert self.how.local is not None
+        q = self.local[w]
+        size, estimate = self.how.local.take(q, self.st.prompt, self.st.ids)
+        self.queue[w].append(([q.popleft() for _ in range(size)], estimate, -1))
 
     # --- serving ----------------------------------------------------------------------------
     def start(self, w: int, now: float) -> None:
@@ -465,7 +437,7 @@ class _Cluster:
                                      out.generated[slot], out.invalid_tokens[slot],
                                      out.finished[slot]))
         self.running[w] = (batch, estimate)
-        self.push(end, _BATCH_END, w)
+        self.clock.push(end, _BATCH_END, w)
 
     def batch_end(self, w: int, now: float) -> None:
         running = self.running[w]
@@ -474,38 +446,38 @@ class _Cluster:
         batch, estimate = running
         self.running[w] = None
         self.completion[w] = now
-        self.offloader.served(w, estimate)     # the load decrement of section 4.5
+        if self.how.offloader is not None:
+            self.how.offloader.served(w, estimate)
         st = self.st
         for i in batch:
             if st.generated[i] >= st.output[i]:
                 st.finish[i] = now
                 self.unfinished -= 1
-            elif self.sch.dispatch == "pool":
-                self.pool.append(i)
             else:
-                self.local[self.next_turn()].append(i)
+                self.arrive(i)
+
+    def arrive(self, i: int) -> None:
+        """Request ``i`` arrives, or comes back from a batch unfinished."""
+        if self.how.dispatch is Dispatch.POOL:
+            self.pool.append(i)
+        else:
+            assert self.how.local is not None
+            self.local[self.how.local.deal()].append(i)
 
     def run(self) -> SliceReplay:
-        st = self.st
-        order = np.lexsort((np.arange(len(st.ids)), st.arrival))
-        arrivals: deque[int] = deque()
-        if self.sch.dispatch == "route":
-            for i in order:
-                self.push(float(st.arrival[i]), _ARRIVAL, int(i))
-        else:
-            arrivals.extend(int(i) for i in order)
-            self.push(float(st.arrival[order[0]]), _PERIOD, -1)
-        while self.events:
-            now = self.events[0][0]
-            while self.events and self.events[0][0] == now:
-                _, kind, _, payload = heapq.heappop(self.events)
+        clock = self.clock
+        first = clock.next_arrival_ms()
+        if self.how.dispatch is Dispatch.POOL and first is not None:
+            clock.push(first, _PERIOD, -1)
+        while clock:
+            now = clock.next_time()
+            while clock and clock.next_time() == now:
+                _, kind, payload = clock.pop()
                 if kind == _BATCH_END:
                     self.batch_end(payload, now)
                 elif kind == _ARRIVAL:
-                    self.local[self.next_turn()].append(payload)
+                    self.arrive(payload)
                 else:
-                    while arrivals and st.arrival[arrivals[0]] <= now:
-                        self.pool.append(arrivals.popleft())
                     self.period(now)
             for w in range(self.w):
                 if self.running[w] is None:
@@ -530,16 +502,17 @@ class _Cluster:
         members = pd.DataFrame(self.member_rows, columns=[
             "batch", "request", "slot", "prompt_tokens", "pad_tokens", "generated",
             "invalid_tokens", "finished"])
-        return SliceReplay(self.sch.name, self.w, self.s, self.profile, requests, batches,
-                           members, self.periods, self.completion, self.sch)
+        return SliceReplay(self.policy.name, self.w, self.s, self.profile, requests, batches,
+                           members, self.periods, self.completion, self.policy)
 
 
-def simulate_slices(instance: Instance, scheduler: SliceScheduler, instances: int = 1
+def simulate_slices(instance: Instance, policy: SlicePolicy, instances: int = 1
                     ) -> SliceReplay:
-    """Replay ``instance`` (an ``scls`` profile) on ``instances`` model instances under
-    ``scheduler`` (see the module docstring)."""
-    return _Cluster(instance, scheduler, instances).run()
+    """Replay ``instance`` (an ``scls`` profile) on ``instances`` model instances under the
+    slice-level scheduler ``policy`` (see the module docstring)."""
+    return _Cluster(instance, policy, instances).run()
 
 
-__all__ = ["BATCHERS", "DISPATCHES", "INTERVALS", "OFFLOADERS", "SliceOutcome", "SliceReplay",
-           "SliceScheduler", "serve_slice", "simulate_slices"]
+__all__ = ["Dispatch", "Interval", "LocalBatcher", "Offloader", "PoolBatcher", "SliceOutcome",
+           "SlicePolicy", "SliceReplay", "SliceStrategies", "section5_request_metrics",
+           "serve_slice", "simulate_slices"]

@@ -18,9 +18,7 @@ from typing import Any
 from llmopt.data.instance import Instance, System, instance_from_mapping
 from llmopt.data.slo import SLO_FIELDS
 from llmopt.errors import LlmoptError
-from llmopt.policies.registry import SLICE_POLICIES
-from llmopt.policies.replay import replay_result
-from llmopt.policies.slice.replay import slice_result
+from llmopt.policies.replay import replay_policy
 from llmopt.problems.api import bounds as family_bounds
 from llmopt.problems.api import solve
 from llmopt.problems.registry import FAMILIES
@@ -130,11 +128,7 @@ def _at_rate(arrival: dict[str, Any] | None, rate_per_s: float) -> dict[str, Any
 
 
 def _replay(inst: Instance, cell: Cell, row: dict[str, Any]) -> Result:
-    policy = cell.params["policy"]
-    if policy in SLICE_POLICIES:
-        result, _ = slice_result(inst, policy)
-    else:
-        result, _ = replay_result(inst, policy, router=cell.params.get("router"))
+    result = replay_policy(inst, cell.params["policy"], router=cell.params.get("router")).result
     metrics = result.data["metrics"]
     row.update(metrics)
     bound = best_replay_bound(inst)
@@ -163,7 +157,7 @@ def best_replay_bound(inst: Instance) -> float | None:
         return _BOUNDS[inst.sha256]
     family = FAMILIES.get(inst.profile.family)
     best = None
-    if family is not None:
+    if family is not None and family.bounds:
         found = family_bounds(inst, BOUND_TIME_LIMIT_S, solver_bounds=False)
         valid = [b.value_ms for b in found if b.time_model == family.replay_time_model]
         best = max(valid) if valid else None

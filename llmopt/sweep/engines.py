@@ -20,8 +20,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmopt.data.traces import TraceWarning
-from llmopt.errors import OptionError, one_line_warnings
+from llmopt.data.trace_formats import TraceWarning
+from llmopt.errors import OptionError, one_line_warnings, unknown_name
 from llmopt.plugins import load
 from llmopt.sweep import cell as cells
 from llmopt.sweep.spec import Cell
@@ -68,7 +68,7 @@ def check_engine(name: str, workers: int | None = None, address: str | None = No
     if workers is not None and workers < 1:
         raise OptionError("must be at least 1", field="--workers", value=workers)
     if name not in ENGINES:
-        raise OptionError(f"unknown engine (known: {', '.join(ENGINES)})", field="--engine",
+        raise OptionError(unknown_name("engine", name, ENGINES), field="--engine",
                           value=name)
     if address is not None and name != "dask":
         raise OptionError("a cluster address needs --engine dask", field="--address",

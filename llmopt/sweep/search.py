@@ -15,6 +15,7 @@ orders of magnitude), for ``steps`` rounds.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,10 +107,39 @@ def _midpoint(parameter: str, ok: float, failing: float) -> float | None:
     return probe_value(parameter, middle)
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a search's groups must hold: ``metric`` ``op`` (``>=`` or ``<=``) ``value``."""
+
+    metric: str
+    op: str
+    value: float
+
+    @classmethod
+    def of(cls, spec: SearchSpec) -> Target:
+        if spec.at_least is not None:
+            return cls(spec.metric, ">=", spec.at_least)
+        assert spec.at_most is not None
+        return cls(spec.metric, "<=", spec.at_most)
+
+    @classmethod
+    def parse(cls, text: str) -> Target | None:
+        """The target of a search table's ``target`` column (None: not one)."""
+        found = re.fullmatch(r"(\w+) (>=|<=) (\S+)", text.strip())
+        if found is None:
+            return None
+        try:
+            return cls(found[1], found[2], float(found[3]))
+        except ValueError:
+            return None
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.value:g}"
+
+
 def _table(sweep: Sweep, spec: SearchSpec, groups: list[_Group]) -> pd.DataFrame:
     name = spec.parameter
-    target = (f"{spec.metric} >= {spec.at_least:g}" if spec.at_least is not None
-              else f"{spec.metric} <= {spec.at_most:g}")
+    target = str(Target.of(spec))
     rows = []
     for g in groups:
         rows.append({**{c: g.params.get(c) for c in sweep.columns if c != name},

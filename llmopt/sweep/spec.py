@@ -39,11 +39,12 @@ from llmopt.data.ranges import (
     MAX_REQUESTS,
     MAX_TOKENS,
 )
-from llmopt.errors import LlmoptError
+from llmopt.errors import LlmoptError, unknown_name
 from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256_of, validated
-from llmopt.policies.registry import POLICIES, ROUTERS, SLICE_POLICIES
-from llmopt.problems.registry import PROBLEMS
+from llmopt.policies.registry import POLICIES, ROUTERS, Engine, policy_names
+from llmopt.problems.registry import PROBLEMS, problem_names
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
+from llmopt.schedule.schedule import LATENCY_METRICS
 from llmopt.version import __version__
 
 MAX_CELLS = 1_000_000
@@ -137,12 +138,15 @@ REPLAY_METRICS = (
     "makespan_ms", "utilization", "tokens_per_s", "iterations", "evictions", "running_mean",
     "batch_size_mean", "kv_tokens_max", "ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_mean_ms", "e2e_p50_ms", "e2e_p99_ms",
-    "bound_ms", "gap_to_bound", *ATTAINMENT_METRICS,
+    *LATENCY_METRICS, "bound_ms", "gap_to_bound", *ATTAINMENT_METRICS,
     # the slice-level replays' (Cheng et al. 2024, section 5)
     "throughput_rps", "response_mean_ms", "response_p95_ms", "completion_std_ms", "busy_std_ms",
     "pad_tokens_per_request", "invalid_tokens_per_request", "slices_per_request")
 SOLVE_METRICS = ("status", "objective", "bound", "gap", "solve_runtime_s", "replay_makespan_ms")
 METRICS = REPLAY_METRICS + tuple(m for m in SOLVE_METRICS if m not in REPLAY_METRICS)
+#: metrics that are shares in [0, 1] (attainment 0.9 is 90 %)
+SHARE_METRICS = ("utilization", "gap_to_bound", "gap",
+                 *(m for m in ATTAINMENT_METRICS if m.startswith("attainment")))
 
 
 class SearchSpec(_Strict):
@@ -181,6 +185,8 @@ class InstanceSource:
     sha256: str
     generated: bool
     traced: bool
+    family: str       # its cost profile's family: the policies and problems that run on it
+    has_slos: bool
 
 
 @dataclass(frozen=True)
@@ -217,9 +223,10 @@ class Sweep:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file; every cell is checked before any runs (unknown policy,
-    problem, solver or parameter, an out-of-range value, an empty grid: one error naming the
-    field)."""
+    """Read and check a sweep file; every cell, and every search probe, is checked before any
+    runs (unknown policy, problem, solver or parameter, a policy or problem of another profile
+    family, a parameter the instance cannot vary, an out-of-range value, an empty grid: one
+    error naming the field)."""
     path = Path(path)
     data = load_yaml_mapping(path, "sweep file")
     doc: _SweepDoc = validated(_SweepDoc, data, file=path, error=SweepError)
@@ -237,7 +244,7 @@ def load_sweep(path: str | Path) -> Sweep:
     metrics = _check_metrics(doc, path)
     search_groups: list[dict[str, Any]] = []
     if doc.search is not None:
-        _check_search(doc.search, raw, path)
+        _check_search(doc.search, raw, sources, path)
         search_groups = [p for _, p in raw]
         raw = []
     cells = [make_cell(p, sources[p["instance"]], doc.validate_) for _, p in raw]
@@ -286,7 +293,8 @@ def _sources(doc: _SweepDoc, path: Path) -> dict[str, InstanceSource]:
         sources[inst.name] = InstanceSource(
             name=inst.name, mapping=mapping, base_dir=str(base_dir), file=shown,
             sha256=inst.sha256, generated=isinstance(requests, dict) and "generate" in requests,
-            traced=isinstance(requests, dict) and "trace" in requests)
+            traced=isinstance(requests, dict) and "trace" in requests,
+            family=inst.profile.family, has_slos=inst.has_slos)
     return sources
 
 
@@ -355,23 +363,29 @@ def expand_range(value: Any, path: Path, where: str) -> Any:
 
 
 def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path: Path,
-                where: str) -> None:
+                where: str, searched: str | None = None) -> None:
+    """Refuse a cell that cannot run; ``searched``: the search's parameter, set in ``params``
+    to a probe's value (its mistakes name ``search.parameter``)."""
     def fail(name: str, reason: str) -> NoReturn:
-        field_ = f"{where}.{name}" if where != "grid" else f"grid.{name}"
-        raise SweepError(reason, file=path, field=field_, value=params.get(name))
+        if name == searched:
+            raise SweepError(reason, file=path, field="search.parameter", value=name)
+        raise SweepError(reason, file=path, field=f"{where}.{name}", value=params.get(name))
 
     if params["instance"] not in sources:
-        fail("instance", f"unknown instance (known: {', '.join(sources)})")
+        fail("instance", unknown_name("instance", params["instance"], sources))
     policy, problem = params.get("policy"), params.get("problem")
     if (policy is None) == (problem is None):
         raise SweepError("each cell needs exactly one of policy (a replay) and problem (a "
                          "solve)", file=path, field=where, value=params)
     if policy is not None:
         if policy not in POLICIES:
-            fail("policy", f"unknown policy (known: {', '.join(POLICIES)})")
+            fail("policy", unknown_name("policy", policy, POLICIES))
+        if policy == "plan":
+            fail("policy", "replays a solution file (llmopt replay --plan), which a sweep "
+                 "cannot give; solve the problem in a cell (problem: ...) instead")
         if params.get("router") is not None and params["router"] not in ROUTERS:
-            fail("router", f"unknown router (known: {', '.join(ROUTERS)})")
-        if params.get("router") is not None and policy in SLICE_POLICIES:
+            fail("router", unknown_name("router", params["router"], ROUTERS))
+        if params.get("router") is not None and POLICIES[policy].engine is Engine.SLICE:
             fail("router", f"{policy} is a slice-level scheduler: it dispatches by its own "
                  "rule, no router applies")
         for name in ("solver", "time_limit_s", *SOLVE_OPTIONS):
@@ -379,24 +393,33 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
                 fail(name, "applies to solves (problem), not to replays (policy)")
     else:
         if problem not in PROBLEMS:
-            fail("problem", f"unknown problem (known: {', '.join(PROBLEMS)})")
+            fail("problem", unknown_name("problem", problem, PROBLEMS))
         info = PROBLEMS[str(problem)]
         if params.get("solver") is not None and params["solver"] not in info.solvers:
-            fail("solver", f"unknown solver for {problem} (known: {', '.join(info.solvers)})")
+            fail("solver", unknown_name(f"solver for {problem}", params["solver"], info.solvers))
         for name in SOLVE_OPTIONS:
             if name in params and name not in info.options:
                 fail(name, f"not an option of problem {problem}")
         if "router" in params:
             fail("router", "applies to replays (policy), not to solves (problem)")
     source = sources[params["instance"]]
+    if policy is not None and POLICIES[policy].family not in ("any", source.family):
+        fail("policy", f"runs on profiles of family {POLICIES[policy].family}; instance "
+             f"{source.name}'s model is of family {source.family} (its policies: "
+             f"{', '.join(p for p in policy_names(source.family) if p != 'plan')})")
+    if problem is not None and PROBLEMS[problem].family != source.family:
+        fail("problem", f"needs a profile of family {PROBLEMS[problem].family}; instance "
+             f"{source.name}'s model is of family {source.family} (its problems: "
+             f"{', '.join(problem_names(source.family)) or 'none'})")
     if "seed" in params and not source.generated:
         fail("seed", f"instance {source.name} is not generated (requests.generate)")
-    if "rate_per_s" in params and not (source.generated or source.traced):
-        fail("rate_per_s", f"instance {source.name} lists its requests; rate_per_s applies to "
-             "generated and trace workloads")
-    if "count" in params and not (source.generated or source.traced):
-        fail("count", f"instance {source.name} lists its requests; count applies to "
-             "generated and trace workloads")
+    for name in ("rate_per_s", "count"):
+        if name in params and not (source.generated or source.traced):
+            fail(name, f"instance {source.name} lists its requests; {name} applies to "
+                 "generated and trace workloads")
+    if "slo_scale" in params and not source.has_slos:
+        fail("slo_scale", f"instance {source.name} has no SLO targets (an slo section) to "
+             "scale")
 
 
 def _check_metrics(doc: _SweepDoc, path: Path) -> list[str]:
@@ -407,13 +430,13 @@ def _check_metrics(doc: _SweepDoc, path: Path) -> list[str]:
                          field="metrics")
     for i, name in enumerate(doc.metrics):
         if name not in METRICS:
-            raise SweepError(f"unknown metric (known: {', '.join(METRICS)})", file=path,
+            raise SweepError(unknown_name("metric", name, METRICS), file=path,
                              field=f"metrics[{i}]", value=name)
     return list(dict.fromkeys(doc.metrics))
 
 
 def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
-                  path: Path) -> None:
+                  sources: dict[str, InstanceSource], path: Path) -> None:
     if search.parameter not in NUMERIC_PARAMETERS:
         raise SweepError(f"not a numeric parameter (one of: {', '.join(NUMERIC_PARAMETERS)})",
                          file=path, field="search.parameter", value=search.parameter)
@@ -421,11 +444,16 @@ def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
         raise SweepError(f"must be above low ({search.low:g})", file=path, field="search.high",
                          value=search.high)
     if search.metric not in METRICS or search.metric == "status":
-        raise SweepError("unknown metric (known: "
-                         f"{', '.join(m for m in METRICS if m != 'status')})", file=path,
+        raise SweepError(unknown_name("metric", search.metric,
+                                      (m for m in METRICS if m != "status")), file=path,
                          field="search.metric", value=search.metric)
     if (search.at_least is None) == (search.at_most is None):
         raise SweepError("give exactly one of at_least and at_most", file=path, field="search")
+    threshold = "at_least" if search.at_least is not None else "at_most"
+    value = getattr(search, threshold)
+    if search.metric in SHARE_METRICS and not 0 <= value <= 1:
+        raise SweepError(f"{search.metric} is a share in [0, 1] (90 % is 0.9)", file=path,
+                         field=f"search.{threshold}", value=value)
     for where, params in raw:
         if search.parameter in params:
             raise SweepError("is the searched parameter; remove it from the grid and cells",
@@ -439,6 +467,25 @@ def _check_search(search: SearchSpec, raw: list[tuple[str, dict[str, Any]]],
             why = str(exc).rsplit(": ", 1)[-1]   # the range's own words, e.g. greater than 0
             raise SweepError(f"out of the range of {search.parameter} ({why})", file=path,
                              field=f"search.{bound_name}", value=value) from None
+    for where, params in raw:  # every probe as a cell of its own, as a grid axis would be
+        probe = {**params, search.parameter: probe_value(search.parameter, search.low)}
+        _check_cell(probe, sources, path, where, searched=search.parameter)
+        _check_search_metric(search, probe, sources[params["instance"]], path)
+
+
+def _check_search_metric(search: SearchSpec, params: dict[str, Any], source: InstanceSource,
+                         path: Path) -> None:
+    """The searched metric is one the group's cells give: a solve's or a replay's, and an
+    attainment only on an instance with SLO targets."""
+    kind = "solve" if params.get("problem") else "replay"
+    given = SOLVE_METRICS if kind == "solve" else REPLAY_METRICS
+    if search.metric not in given:
+        raise SweepError(f"not a metric of a {kind} ({kind} cells give: {', '.join(given)})",
+                         file=path, field="search.metric", value=search.metric)
+    if search.metric in ATTAINMENT_METRICS and not source.has_slos:
+        raise SweepError(f"instance {source.name} has no SLO targets (an slo section); "
+                         f"{search.metric} is measured against them", file=path,
+                         field="search.metric", value=search.metric)
 
 
 def probe_value(parameter: str, value: float) -> float | int:

@@ -22,33 +22,35 @@ What a verdict of "valid" establishes, per problem:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmopt.data.instance import Instance
-from llmopt.validate.binpacking import check_binpacking
+from llmopt.plugins import load
+from llmopt.problems.registry import PROBLEMS
 from llmopt.validate.claims import Evidence, Verdict, check_claims, check_header
-from llmopt.validate.infermax import check_infermax, check_replay
-from llmopt.validate.pd_competition import check_pd_competition
-from llmopt.validate.scls import check_scls_batching
-from llmopt.validate.slices import check_slice_replay
-from llmopt.validate.slo_priority import check_slo_priority
+
+if TYPE_CHECKING:
+    from llmopt.data.instance import Instance
+
+Checker = Callable[["Instance", dict[str, Any], Verdict], Evidence]
+
+# the checkers of the files that are no registered problem's ("module:function", loaded when
+# used); a registered problem names its own (``ProblemInfo.check``)
+CHECKERS: dict[str, str | Checker] = {
+    "replay": "llmopt.validate:check_any_replay",
+}
+# the checker of each mode of replay (a schedule on the simulation core by default)
+REPLAY_CHECKERS: dict[str, str | Checker] = {
+    "slices": "llmopt.validate.slices:check_slice_replay",
+}
 
 
 def check_any_replay(instance: Instance, sol: dict[str, Any], verdict: Verdict) -> Evidence:
     """A replay: slice-level (mode ``slices``, Cheng et al. 2024) or on the simulation core."""
-    if sol.get("mode") == "slices":
-        return check_slice_replay(instance, sol, verdict)
-    return check_replay(instance, sol, verdict)
-
-
-CHECKERS: dict[str, Callable[[Instance, dict[str, Any], Verdict], Evidence]] = {
-    "binpacking": check_binpacking,
-    "replay": check_any_replay,
-    "pd-competition": check_pd_competition,
-    "infermax-csp": check_infermax,
-    "scls-batching": check_scls_batching,
-    "slo-priority": check_slo_priority,
-}
+    mode = sol.get("mode")
+    checker = REPLAY_CHECKERS.get(mode, "llmopt.validate.infermax:check_replay") \
+        if isinstance(mode, str) else "llmopt.validate.infermax:check_replay"
+    evidence: Evidence = load(checker)(instance, sol, verdict)
+    return evidence
 
 
 def check_solution(instance: Instance, solution: dict[str, Any]) -> Verdict:
@@ -59,13 +61,21 @@ def check_solution(instance: Instance, solution: dict[str, Any]) -> Verdict:
         return verdict
     verdict.reasons += check_header(instance, solution)
     problem = solution.get("problem")
-    checker = CHECKERS.get(problem) if isinstance(problem, str) else None
+    checker = checker_of(problem) if isinstance(problem, str) else None
     if checker is None:
         verdict.reasons.append(f"unknown problem {problem!r}")
         return verdict
-    evidence = checker(instance, solution, verdict)
+    evidence = load(checker)(instance, solution, verdict)
     check_claims(solution, evidence, verdict)
     return verdict
+
+
+def checker_of(problem: str) -> str | Checker | None:
+    """The checker of ``problem``'s solution files, None when llmopt knows none."""
+    if problem in CHECKERS:
+        return CHECKERS[problem]
+    info = PROBLEMS.get(problem)
+    return info.check if info is not None and info.check else None
 
 
 def validate_solution(instance: Instance, solution: dict[str, Any]) -> list[str]:

@@ -20,7 +20,14 @@ log's times, :func:`check_schedule` establishes, per model instance:
 - each iteration processes at most C tokens and P prompt tokens (continuous batching);
 - every column of the iteration log equals what the segments give, and every iteration lasts
   what the time model gives for its composition;
-- the objective is the makespan and every stated metric equals the one recomputed here.
+- the objective is the makespan and every stated metric equals the one recomputed here:
+  latency means and percentiles, queueing delay (arrival to first segment), inter-token
+  latency (the gaps between a request's output tokens: the first token, the end of each of its
+  decode iterations and, where a completed prefill gives the first token, of each completed
+  refill), requests per second, and with SLOs the attainment and the run's goodput (requests
+  meeting their SLO per second of makespan; a request within the times' rounding of a target
+  may count either way). Metrics added after the first solution files were written
+  (``ADDED_METRICS``) are checked when present.
 
 It also derives the facts the claims are checked against: the makespan, and the length of the
 same schedule with idle time removed (each iteration as early as its predecessor and its
@@ -58,6 +65,7 @@ class Checked:
     iterations: pd.DataFrame = field(default_factory=pd.DataFrame)  # with composition
     requests: pd.DataFrame = field(default_factory=pd.DataFrame)    # first token, finish
     segments: pd.DataFrame = field(default_factory=pd.DataFrame)    # with iterations a..b
+    first_token_from_prefill: bool = True  # continuous batching outside DECODE_FIRST_FAMILIES
 
 
 def kv_capacity(instance: Instance) -> int | None:
@@ -114,7 +122,8 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str,
     indexed = pd.concat(lives)
     requests = _request_times(instance, indexed, its, continuous and not decode_first)
     checked = Checked(makespan_ms=float(seg["end_ms"].max()), iterations=its,
-                      requests=requests, compact_ms=_compact_length(its), segments=indexed)
+                      requests=requests, compact_ms=_compact_length(its), segments=indexed,
+                      first_token_from_prefill=continuous and not decode_first)
     reasons += _check_objective_and_metrics(instance, sol, checked, seg)
     return reasons, checked
 
@@ -757,15 +766,87 @@ def recomputed_metrics(instance: Instance, checked: Checked, seg: pd.DataFrame
         "tpot": ((req["finish_ms"] - req["first_token_ms"])[multi]
                  / (req["output_tokens"][multi] - 1)),
         "e2e": req["finish_ms"] - req["arrival_ms"],
+        "queue": _first_scheduled(checked) - req["arrival_ms"],
+        "itl": pd.Series(_token_gaps(checked), dtype=float),
     }
     for name, values in series.items():
         x = values.to_numpy(dtype=float)
         if len(x) == 0:
             x = np.zeros(1)
         out[f"{name}_mean_ms"] = float(x.mean())
-        out[f"{name}_p50_ms"] = float(np.percentile(x, 50))
-        out[f"{name}_p99_ms"] = float(np.percentile(x, 99))
+        for q in (50, 90, 95, 99):
+            out[f"{name}_p{q}_ms"] = float(np.percentile(x, q))
+    out["requests_per_s"] = (instance.num_requests / (makespan / 1000.0) if makespan > 0
+                             else 0.0)
     return out
+
+
+#: metrics added after solution files without them were written: checked only when present
+ADDED_METRICS = frozenset({
+    *(f"{n}_p{q}_ms" for n in ("ttft", "tpot", "e2e") for q in (90, 95)),
+    *(f"{n}_{s}_ms" for n in ("queue", "itl") for s in ("mean", "p50", "p90", "p95", "p99")),
+    "requests_per_s", "goodput_rps"})
+
+
+def _first_scheduled(checked: Checked) -> pd.Series:
+    """Per request (the instance's order): the start of its first segment."""
+    work = checked.segments[checked.segments["phase"] != "evict"]
+    first = work.groupby(work["request"].astype(str), observed=True)["start_ms"].min()
+    return pd.Series(first.reindex(checked.requests["request"]).to_numpy(dtype=float),
+                     index=checked.requests.index)
+
+
+def _token_gaps(checked: Checked) -> np.ndarray:
+    """Every gap between consecutive output tokens of each request. Tokens after the first:
+    the end of each iteration a decode segment covers (a..b) and, when a completed prefill
+    gives the first token, the end of the refill chunk that brings the request back to the
+    most KVs it held at an eviction plus the pending token (m0 + c ≥ freed + 1)."""
+    part = checked.segments
+    ends = {inst: g.sort_values("start_ms")["end_ms"].to_numpy(dtype=float)
+            for inst, g in checked.iterations.groupby("instance")}
+    times: dict[str, list[float]] = {}
+    row: Any  # pandas-stubs types each field of itertuples() as any scalar
+    for row in part[part["phase"] == "decode"].itertuples(index=False):
+        times.setdefault(str(row.request), []).extend(ends[row.instance][row.a:row.b + 1])
+    if checked.first_token_from_prefill:
+        most: dict[str, float] = {}
+        # an eviction marker comes before the refill that starts when it is made
+        ordered = part.assign(_refill=(part["phase"] == "refill").to_numpy()).sort_values(
+            ["start_ms", "_refill"], kind="stable")
+        for row in ordered.itertuples(index=False):
+            name = str(row.request)
+            if row.phase == "evict":
+                most[name] = max(most.get(name, 0.0), float(row.tokens))
+            elif (row.phase == "refill" and name in most
+                  and row.m0 + row.tokens >= most[name] + 1 > row.m0):
+                times.setdefault(name, []).append(float(row.end_ms))
+    gaps = []
+    first = dict(zip(checked.requests["request"].astype(str),
+                     checked.requests["first_token_ms"].to_numpy(dtype=float), strict=True))
+    for name, emitted in times.items():
+        later = sorted(t for t in emitted if t > first[name] + 1e-9)
+        gaps.extend(np.diff([first[name], *later]).tolist())
+    return np.array(gaps, dtype=float)
+
+
+def _slo_counts(instance: Instance, checked: Checked) -> tuple[int, int]:
+    """Requests meeting every SLO target they have: (surely, at most), the times being
+    rounded to the microsecond (a request within EPS of a target may count either way)."""
+    req = checked.requests
+    ttft = (req["first_token_ms"] - req["arrival_ms"]).to_numpy(dtype=float)
+    e2e = (req["finish_ms"] - req["arrival_ms"]).to_numpy(dtype=float)
+    outputs = req["output_tokens"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (e2e - ttft) / (outputs - 1), np.nan)
+    counts = []
+    for slack in (-EPS, EPS):
+        met = np.ones(len(req), dtype=bool)
+        for name, value in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            target = np.array([getattr(r, f"{name}_slo_ms") for r in instance.requests],
+                              dtype=float)
+            met &= np.isnan(target) | np.isnan(value) | (value <= target + slack)
+        counts.append(int(met.sum()))
+    return counts[0], counts[1]
 
 
 def _check_objective_and_metrics(instance: Instance, sol: dict[str, Any], checked: Checked,
@@ -781,19 +862,32 @@ def _check_objective_and_metrics(instance: Instance, sol: dict[str, Any], checke
     if not isinstance(metrics, dict):
         return [*reasons, "metrics must be a mapping of names to numbers"]
     truth = recomputed_metrics(instance, checked, seg)
+    if instance.has_slos:
+        surely, at_most = _slo_counts(instance, checked)
+        makespan = checked.makespan_ms  # rounded to the microsecond as well
+        for key, (short, long) in (
+                ("attainment", (instance.num_requests, instance.num_requests)),
+                ("goodput_rps", ((makespan - EPS) / 1000.0, (makespan + EPS) / 1000.0))):
+            stated = metrics.get(key)
+            if stated is None:
+                continue
+            low, high = (surely / long, at_most / short) if short > 0 else (0.0, 0.0)
+            if not is_number(stated) or not low - 1e-6 <= stated <= high + 1e-6:
+                reasons.append(f"metric {key} {stated!r} but the segments give "
+                               f"{low:.6f}" + (f" to {high:.6f}" if high > low else ""))
     for key, stated in metrics.items():
         if key not in truth:
             continue
         value = truth[key]
         if key.endswith("_ms"):
             tol = 2 * EPS + 1e-9 * abs(value)
-        elif key in ("utilization", "tokens_per_s"):
+        elif key in ("utilization", "tokens_per_s", "requests_per_s"):
             tol = 1e-4 * max(1.0, abs(value))
         else:
             tol = 1e-6 * max(1.0, abs(value))
         if not is_number(stated) or abs(stated - value) > tol:
             reasons.append(f"metric {key} {stated!r} but the segments give {value:.6f}")
-    missing = sorted(set(truth) - set(metrics))
+    missing = sorted(set(truth) - set(metrics) - ADDED_METRICS)
     if missing:
         reasons.append(f"metrics lack {', '.join(missing)}")
     return reasons

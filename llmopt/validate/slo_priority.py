@@ -9,6 +9,8 @@ The batch limit is the instance's ``system.clients`` on one model instance (a fi
 more requests a batch is invalid; one planned for fewer cannot claim the instance's optimum),
 ``requests`` lists every request once with its class, and ``unmeetable`` is recomputed (the
 requests that miss their SLO even alone at time 0, in any batch size allowed).
+A CP-SAT answer may claim that its clock holds every time exactly (``cpsat.exact_clock``): that
+is checked against the decimals of the profile's coefficients.
 Serving the requests one per batch in the order given is a schedule of the validator's own (an
 upper bound on the optimal t / n); up to ``EXACT_MAX_REQUESTS`` requests the optimum is
 recomputed by enumerating every order and every split into batches.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from decimal import Decimal
 from typing import Any
 
 from llmopt.data.instance import Instance
@@ -110,9 +113,7 @@ def check_slo_priority(instance: Instance, sol: dict[str, Any], verdict: Verdict
         ev.schedules.append(("one request per batch in the instance's order (the "
                              "validator's)", _objective(met, total)))
     if n <= EXACT_MAX_REQUESTS:
-        best = min((_objective(*times.evaluate(split)[:2])
-                    for order in itertools.permutations(range(n))
-                    for split in _splits(list(order), max_batch)), default=math.inf)
+        best = _enumerated_optimum(instance, times, max_batch)
         if math.isfinite(best):
             ev.optimum = best
             ev.exact_method = (f"the validator's enumeration of every order and batch split "
@@ -130,6 +131,23 @@ def check_slo_priority(instance: Instance, sol: dict[str, Any], verdict: Verdict
         ev.no_objective_why = ("no request meets its SLO even alone at time 0, so G = 0 for "
                                "every plan")
     return ev
+
+
+def _enumerated_optimum(instance: Instance, times: _Times, max_batch: int) -> float:
+    """The least t / n over every order and split into batches; kept per instance (by its
+    SHA-256) and batch limit, since a cross-check validates several answers on one instance."""
+    key = (instance.sha256, max_batch)
+    if key not in _OPTIMA:
+        if len(_OPTIMA) >= 64:
+            _OPTIMA.clear()
+        n = instance.num_requests
+        _OPTIMA[key] = min((_objective(*times.evaluate(split)[:2])
+                            for order in itertools.permutations(range(n))
+                            for split in _splits(list(order), max_batch)), default=math.inf)
+    return _OPTIMA[key]
+
+
+_OPTIMA: dict[tuple[str, int], float] = {}
 
 
 def _splits(order: list[int], max_batch: int):
@@ -169,6 +187,7 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
         if not is_number(given) or not math.isclose(given, value, abs_tol=tolerance(value)):
             reasons.append(f"{key} is {given!r}, recomputed {value:,.6f} (eqs 2, 3, 6, 14-17)")
     _check_bound_in_g(sol, reasons)
+    _check_clock(instance, sol, reasons)
     listed = sol.get("requests")
     ids = [row.get("id") if isinstance(row, dict) else None for row in listed] \
         if isinstance(listed, list) else None
@@ -199,6 +218,28 @@ def _check_decision(instance: Instance, sol: dict[str, Any], times: _Times, max_
                     reasons.append(f"requests {row['id']}: {key} is {row.get(key)!r}, "
                                    f"recomputed {rows[i][key]!r}")
     return _objective(met, total) if met else None
+
+
+def _check_clock(instance: Instance, sol: dict[str, Any], reasons: list[str]) -> None:
+    """A CP-SAT answer states its clock, 10^-``clock_decimals`` ms, and whether that clock holds
+    every time exactly (``exact_clock``). Eqs 14–16 multiply the profile's coefficients by
+    integers (batch size, lengths), so a time has no more decimals than the coefficients: the
+    clock is exact only when no coefficient has more decimals than it."""
+    cp = sol.get("cpsat")
+    if not isinstance(cp, dict) or cp.get("exact_clock") is not True:
+        return
+    profile: Any = instance.profile
+    clock = cp.get("clock_decimals")
+    most = max(_decimals(getattr(part, name)) for part in (profile.prefill, profile.decode)
+               for name in ("alpha", "beta", "gamma", "delta"))
+    if not is_int(clock) or clock < most:
+        reasons.append(f"cpsat.exact_clock is true on a clock of 10^-{clock!r} ms, but the "
+                       f"profile's coefficients have up to {most} decimals")
+
+
+def _decimals(x: float) -> int:
+    """Decimals of ``x`` as written (its shortest repr)."""
+    return max(0, -int(Decimal(repr(float(x))).normalize().as_tuple().exponent))
 
 
 def _check_bound_in_g(sol: dict[str, Any], reasons: list[str]) -> None:

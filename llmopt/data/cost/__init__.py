@@ -31,7 +31,7 @@ from llmopt.data.cost.bilinear import BilinearProfile
 from llmopt.data.cost.infermax import InferMaxProfile
 from llmopt.data.cost.pang import PangLinearProfile, prefill_levels
 from llmopt.data.cost.scls import SclsProfile
-from llmopt.errors import ProfileError
+from llmopt.errors import ProfileError, unknown_name
 from llmopt.files import load_yaml_mapping, validated
 
 PROFILE_CLASSES: dict[str, type[CostProfile]] = {
@@ -64,7 +64,7 @@ def profile_from_mapping(data: Any, *, file: str | Path | None, field: str = "")
     family = data.get("family")
     if family not in FAMILIES:
         raise ProfileError(
-            f"unknown profile family (known: {', '.join(FAMILIES)})",
+            unknown_name("profile family", family, FAMILIES),
             file=file, field=f"{field}.family" if field else "family", value=family,
             has_value=True,
         )
@@ -88,9 +88,8 @@ def load_profile(
                            value=ref, has_value=True)
     path = _find_profile_file(ref, base_dir)
     if path is None:
-        known = ", ".join(available_profiles()) or "none"
-        raise ProfileError(f"unknown profile (available: {known})", file=file, field=field,
-                           value=ref)
+        raise ProfileError(unknown_name("profile", ref, available_profiles()), file=file,
+                           field=field, value=ref)
     data = load_yaml_mapping(path, "profile")
     data.setdefault("name", path.stem)
     return profile_from_mapping(data, file=path)

@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from llmopt.data.cost.base import (
@@ -61,10 +62,21 @@ from llmopt.data.cost.base import (
     per_request_iteration_ms,
 )
 from llmopt.data.ranges import MAX_CLIENTS, MAX_TOKENS
+from llmopt.errors import OptionError
 
 GIB = 2**30
+DEFAULT_SLICE_LENGTH = 128  # S of section 5.1
 MEMORY_RULES = ("zeta", "deepspeed")
 Gib = Annotated[float, Field(ge=0, le=1e6)]
+
+
+def check_slice_length(slice_length: object, *, field: str = "slice_length") -> int:
+    """S must be an integer ≥ 1 (a user error otherwise)."""
+    if isinstance(slice_length, bool) or not isinstance(slice_length, int | np.integer) \
+            or slice_length < 1:
+        raise OptionError("the slice length S must be an integer ≥ 1", field=field,
+                          value=slice_length, has_value=True)
+    return int(slice_length)
 
 
 class SclsCoefficients(_Strict):

@@ -28,58 +28,51 @@ Which vLLM behaviour each mirrors: ``vllm`` is vLLM's default scheduler of the p
 running request); ``sarathi`` is vLLM with chunked prefill enabled (decodes first, hybrid
 batches, P = 512); the others are the Table 1 ablations.
 
-Baselines of SOLA (Hong et al. 2025, section 6.1), on vLLM v0.4.2:
-
-- ``vllm-d``: SOLA's name for vLLM's default, prefill-prioritized scheduler; the same
-  configuration as ``vllm``.
-- ``vllm-s``, ``vllm-s-1024``, ``vllm-s-4096``: vLLM v0.4.2 with chunked prefill (SplitFuse),
-  whose "chunk size" is ``max_num_batched_tokens`` = 512 by default (1024 for SOLA's chatbot,
-  4096 for its long-context runs). That is the *whole* token budget of a step, decodes
-  included: ``Scheduler._schedule_chunked_prefill`` (vllm/core/scheduler.py of the v0.4 line,
-  read at vllm-project/vllm commit 0054e1fa) makes one
-  ``SchedulingBudget(token_budget=max_num_batched_tokens)``, schedules the running
-  requests first (``_schedule_running``: each decode costs one token of it, a chunked prefill
-  ``min(remaining, budget left)``), then the waiting ones (``_schedule_prefills`` with
-  ``enable_chunking=True``: FCFS, ``min(prompt, budget left)`` tokens, stop at the first that
-  ``block_manager.can_allocate`` refuses — its whole prompt's blocks — or that the budget
-  cannot take). So these run the ``sarathi`` groups with a batch token budget
-  (``token_budget``) of 512 / 1024 / 4096 tokens (capped by C) and P equal to it. What differs
-  from vLLM: vLLM walks its running queue in one FCFS order, decodes and chunked prefills
-  interleaved, and preempts the newest by arrival, where the ``sarathi`` groups put the decodes
-  before the running chunked prefills and preempt from the prefills up; the two agree whenever
-  the requests in a chunked prefill arrived after the decoding ones (always, but for the refill
-  of a preempted request). vLLM v0.4.2 may also admit a waiting request in a step that
-  preempted (its preempted requests rejoin the queue after the step's admissions); here a
-  request preempted in a step is not re-admitted in it and stops that step's admissions when
-  its turn comes (at its arrival rank in the queue: usually the head, as it arrived before the
-  requests never started).
-- ``sjf``: shortest job first on vLLM v0.4.2's default scheduler (the ``vllm`` groups): the
-  waiting queue is ordered by the true output length (ascending; ties by arrival), its head
-  blocks the rest as in vLLM; running requests keep vLLM's FCFS order, so preemption still
-  takes the newest arrival. An oracle: it knows every output length.
-- ``sjf-predicted``: the same with a predicted output length instead of the true one: the
-  median output length of the requests finished so far (on this replica) whose input length is
-  in the same power-of-two bucket (``I.bit_length()``), else the median over every finished
-  request, and before any has finished the input length itself. As the prediction moves when
-  requests finish, the waiting order is not a fixed key: the scheduler keeps one arrival-ordered
-  heap per bucket and takes, at each admission, the waiting request of smallest prediction
-  (ties by arrival) over the whole queue (see ``UnifiedScheduler``).
+Other papers' baselines that are configurations of this scheduler live with those papers
+(``llmopt.policies.slo.baselines``: SOLA's; ``llmopt.policies.slice.ils``: SCLS's ILS;
+``llmopt.policies.slo_priority.fcfs``: Huang et al.'s vLLM).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum
+
+
+class Groups(Enum):
+    """GROUPREQUESTS of Algorithm 1 (see the module doc)."""
+
+    VLLM = "vllm"
+    SARATHI = "sarathi"
+    RANK = "rank"
+
+
+class RankKey(Enum):
+    """The order of the ``rank`` group."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    ARRIVAL = "arrival"
+
+
+class WaitingOrder(Enum):
+    """The waiting order of the ``vllm`` and ``sarathi`` groups: FCFS, shortest true output
+    first, or shortest predicted output first."""
+
+    ARRIVAL = "arrival"
+    OUTPUT = "output"
+    PREDICTED_OUTPUT = "predicted-output"
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
     name: str
-    groups: str               # "vllm" | "sarathi" | "rank" ("vllm-v1": not a unified one)
+    groups: Groups
     hybrid: bool
     chunked: bool
     prefill_budget: int | None  # P in tokens; None = C
     eviction_free: bool = False
-    rank_key: str = "arrival"   # rank groups: "input" | "output" | "arrival"
+    rank_key: RankKey = RankKey.ARRIVAL  # the order of rank groups
     long_first: bool = False     # running decodes ordered by KVs held, long first (evict short)
     histogram_quantile: float | None = None  # reserve I + Ô − 1, Ô this quantile of outputs seen
     unlimited_memory: bool = False
@@ -87,28 +80,22 @@ class SchedulerConfig:
     #: the whole token budget of a batch, decodes included (vLLM's max_num_batched_tokens with
     #: chunked prefill; capped by C); None: C
     token_budget: int | None = None
-    #: waiting order of the vllm/sarathi groups: "arrival" (FCFS), "output" (shortest true
-    #: output first), "predicted-output" (shortest predicted output first, see the module doc)
-    waiting_order: str = "arrival"
-    #: the policy class: "unified" (UnifiedScheduler), "vllm-v1" / "vllm-v1-priority"
-    #: (``llmopt.policies.slo.vllm_v1.VllmV1``; the other fields are not read)
-    engine: str = "unified"
-    #: where it comes from: "infermax" (Kim et al.), "sola" (SOLA's baselines), "vllm-v1"
-    source: str = "infermax"
+    waiting_order: WaitingOrder = WaitingOrder.ARRIVAL
 
 
 _TABLE_1 = [
-    SchedulerConfig("vllm", "vllm", hybrid=False, chunked=False, prefill_budget=None,
+    SchedulerConfig("vllm", Groups.VLLM, hybrid=False, chunked=False, prefill_budget=None,
                     description="vLLM: prefill priority, no hybrid batching, no chunked prefill"),
-    SchedulerConfig("sarathi", "sarathi", hybrid=True, chunked=True, prefill_budget=512,
+    SchedulerConfig("sarathi", Groups.SARATHI, hybrid=True, chunked=True, prefill_budget=512,
                     description="SARATHI: decode priority, hybrid, chunked prefill P = 512"),
-    SchedulerConfig("sarathi-pc", "sarathi", hybrid=True, chunked=True, prefill_budget=None,
+    SchedulerConfig("sarathi-pc", Groups.SARATHI, hybrid=True, chunked=True, prefill_budget=None,
                     description="SARATHI with P = C"),
-    SchedulerConfig("sarathi-nocp", "sarathi", hybrid=True, chunked=False, prefill_budget=None,
+    SchedulerConfig("sarathi-nocp", Groups.SARATHI, hybrid=True, chunked=False, prefill_budget=None,
                     description="SARATHI without chunked prefill"),
-    SchedulerConfig("vllm-hy", "vllm", hybrid=True, chunked=False, prefill_budget=None,
+    SchedulerConfig("vllm-hy", Groups.VLLM, hybrid=True, chunked=False, prefill_budget=None,
                     description="vLLM with hybrid batching"),
-    SchedulerConfig("sarathi-nohy", "sarathi", hybrid=False, chunked=False, prefill_budget=None,
+    SchedulerConfig("sarathi-nohy", Groups.SARATHI, hybrid=False, chunked=False,
+                    prefill_budget=None,
                     description="SARATHI without hybrid batching or chunked prefill"),
 ]
 
@@ -118,50 +105,16 @@ for _cfg in _TABLE_1:
     SCHEDULERS[f"{_cfg.name}-ef"] = replace(
         _cfg, name=f"{_cfg.name}-ef", eviction_free=True,
         description=_cfg.description + "; eviction-free (reserves I + O − 1)")
-for _key, _label in (("arrival", "org"), ("input", "i"), ("output", "o")):
+for _key, _label in ((RankKey.ARRIVAL, "org"), (RankKey.INPUT, "i"), (RankKey.OUTPUT, "o")):
     SCHEDULERS[f"rank-{_label}"] = SchedulerConfig(
-        f"rank-{_label}", "rank", hybrid=True, chunked=True, prefill_budget=None,
+        f"rank-{_label}", Groups.RANK, hybrid=True, chunked=True, prefill_budget=None,
         rank_key=_key, description=f"Rank_{_label.upper() if _label != 'org' else 'org'}: "
-        f"one group ordered by {_key}, hybrid, chunked prefill P = C")
+        f"one group ordered by {_key.value}, hybrid, chunked prefill P = C")
 SCHEDULERS["evict-short"] = SchedulerConfig(
-    "evict-short", "sarathi", hybrid=True, chunked=True, prefill_budget=None, long_first=True,
+    "evict-short", Groups.SARATHI, hybrid=True, chunked=True, prefill_budget=None, long_first=True,
     histogram_quantile=0.5,
     description="section 6: SARATHI-like, keep long running requests, evict short ones, "
     "reserve I + Ô − 1 with Ô the median output seen so far")
 SCHEDULERS["vllm-unlimited"] = replace(
     SCHEDULERS["vllm"], name="vllm-unlimited", unlimited_memory=True,
     description="vLLM with unlimited KV memory: the section 6 performance bound")
-
-# SOLA's baselines (Hong et al. 2025, section 6.1; see the module doc)
-SOLA_BASELINES = ("vllm-d", "vllm-s", "vllm-s-1024", "vllm-s-4096", "sjf", "sjf-predicted")
-SCHEDULERS["vllm-d"] = replace(
-    SCHEDULERS["vllm"], name="vllm-d", source="sola",
-    description="vLLM-D: vLLM v0.4.2's default, prefill-prioritized scheduler (= vllm)")
-for _budget in (512, 1024, 4096):
-    _name = "vllm-s" if _budget == 512 else f"vllm-s-{_budget}"
-    SCHEDULERS[_name] = replace(
-        SCHEDULERS["sarathi"], name=_name, prefill_budget=_budget, token_budget=_budget,
-        source="sola",
-        description=f"vLLM-S: vLLM v0.4.2 chunked prefill (SplitFuse), decodes first, "
-        f"{_budget} tokens per batch decodes included")
-SCHEDULERS["sjf"] = replace(
-    SCHEDULERS["vllm"], name="sjf", waiting_order="output", source="sola",
-    description="SJF on vLLM v0.4.2's default scheduler: waiting requests by true output "
-    "length, shortest first (head-of-line blocking)")
-SCHEDULERS["sjf-predicted"] = replace(
-    SCHEDULERS["vllm"], name="sjf-predicted", waiting_order="predicted-output", source="sola",
-    description="SJF with predicted outputs: the median output of finished requests with "
-    "inputs in the same power-of-two bucket (else of all, else the input length)")
-
-# vLLM V1, today's default engine (``llmopt.policies.slo.vllm_v1``): listed here so that it is
-# deployed and replayed by name like the others
-V1_SCHEDULERS = ("vllm-v1", "vllm-v1-priority")
-SCHEDULERS["vllm-v1"] = SchedulerConfig(
-    "vllm-v1", "vllm-v1", hybrid=True, chunked=True, prefill_budget=None, engine="vllm-v1",
-    source="vllm-v1",
-    description="vLLM V1 (v0.11): running requests first in admission order (decodes, chunked "
-    "prefills) within 8192 tokens, preempt the newest, then FCFS admissions")
-SCHEDULERS["vllm-v1-priority"] = replace(
-    SCHEDULERS["vllm-v1"], name="vllm-v1-priority", engine="vllm-v1-priority",
-    description="vLLM V1 with --scheduling-policy priority (priority = arrival, a placeholder): "
-    "waiting by (priority, arrival), preempt the lowest priority")

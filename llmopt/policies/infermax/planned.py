@@ -11,9 +11,7 @@ from typing import Any
 
 from llmopt.data.instance import Instance
 from llmopt.errors import SolutionFileError
-from llmopt.policies.base import IterationPolicy
-from llmopt.sim.batch import Batch
-from llmopt.sim.replica import RUNNING, WAITING, Replica
+from llmopt.policies.base import RUNNING, WAITING, Batch, IterationPolicy, ReplicaView
 
 
 class PlannedBatches(IterationPolicy):
@@ -33,15 +31,15 @@ class PlannedBatches(IterationPolicy):
             self.plan.append((evict, chunks, dec))
         self._step = 0
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         if replica.kv_limit is None or math.inf == replica.C:
             raise SolutionFileError("a plan of batches needs M and C", file=instance.label(),
                                     field="system")
 
-    def _fail(self, r: Replica, why: str) -> None:
+    def _fail(self, r: ReplicaView, why: str) -> None:
         raise SolutionFileError(f"plan batch {self._step}: {why}", field="plan")
 
-    def next_batch(self, r: Replica) -> Batch | None:
+    def next_batch(self, r: ReplicaView) -> Batch | None:
         while True:
             if self._step >= len(self.plan):
                 if r.n_running or r.waiting:
@@ -57,7 +55,6 @@ class PlannedBatches(IterationPolicy):
                 if r.status[i] != RUNNING:
                     self._fail(r, f"evicts {r.instance.ids[i]}, which is not running")
                 r.evict(i)
-            r.just_evicted.clear()
             b = Batch(free=math.inf, tokens=r.C, prefill=r.C)
             for i, c in chunks:
                 if r.status[i] == WAITING:
@@ -80,7 +77,7 @@ class PlannedBatches(IterationPolicy):
                 b.add_decodes(dec)
             if b.tokens < 0:
                 self._fail(r, f"more than C = {r.C} tokens")
-            held = r.stream.kv() + sum(r.m[i] for i in (*r.idle, *r.prefilling))
+            held = r.cached_kv()
             kv_after = held + sum(c for _, c in chunks) + len(dec)
             if kv_after > r.M:
                 self._fail(r, f"{kv_after} KV tokens > M = {r.M}")

@@ -30,17 +30,15 @@ import numpy as np
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
-from llmopt.policies.base import IterationPolicy, Steady
-from llmopt.policies.infermax.configs import SchedulerConfig
-from llmopt.sim.batch import Batch
-from llmopt.sim.replica import RUNNING, WAITING, Replica
+from llmopt.policies.base import RUNNING, WAITING, Batch, IterationPolicy, ReplicaView, Steady
+from llmopt.policies.infermax.configs import Groups, RankKey, SchedulerConfig, WaitingOrder
 
 RANK_WINDOW = 64  # ranked schedulers look at this many waiting requests per batch
 UNTIL_ARRIVAL = Steady(math.inf, until_arrival=True)
 BLOCKED = Steady(math.inf, until_arrival=False)
 
 
-def check_continuous(instance: Instance, replica: Replica, *,
+def check_continuous(instance: Instance, replica: ReplicaView, *,
                      unlimited_memory: bool = False) -> None:
     """What every continuous-batching policy needs: an infermax profile, C, M (unless the
     memory is unlimited), and room in M for every request's I + O − 1 KVs."""
@@ -57,7 +55,7 @@ def check_continuous(instance: Instance, replica: Replica, *,
     refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens - 1)
 
 
-def refuse_oversized(instance: Instance, replica: Replica, need: np.ndarray,
+def refuse_oversized(instance: Instance, replica: ReplicaView, need: np.ndarray,
                      what: str = "") -> None:
     """Refuse the instance when a request needs more KVs (``need``, per request) than the
     replica's cache holds."""
@@ -74,11 +72,11 @@ class UnifiedScheduler(IterationPolicy):
         self.cfg = config
         self.name = config.name
         self.unlimited_memory = config.unlimited_memory
-        self.tracks_decode_ranks = config.groups == "rank"
+        self.tracks_decode_ranks = config.groups is Groups.RANK
         self.outputs_seen: list[int] = []  # sorted: the online output-length histogram
         self.P: float = 0
         self.C: float = 0  # the batch token budget: C, or the configuration's when smaller
-        self.predicted = config.waiting_order == "predicted-output"
+        self.predicted = config.waiting_order is WaitingOrder.PREDICTED_OUTPUT
         # sjf-predicted: waiting ranks by input length (before any finish) and per input bucket
         self._by_input: list[tuple[int, int]] = []
         self._buckets: dict[int, list[int]] = {}
@@ -87,7 +85,7 @@ class UnifiedScheduler(IterationPolicy):
 
     # ------------------------------------------------------------------ setup
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         check_continuous(instance, replica, unlimited_memory=self.cfg.unlimited_memory)
         label = instance.label()
         system_p = replica.P_system if replica.P_system != math.inf else None
@@ -106,15 +104,15 @@ class UnifiedScheduler(IterationPolicy):
                     value=min(self.P, replica.C))
 
     def priority_keys(self, instance: Instance) -> np.ndarray:
-        if self.cfg.groups == "rank" and self.cfg.rank_key == "input":
+        if self.cfg.groups is Groups.RANK and self.cfg.rank_key is RankKey.INPUT:
             return instance.input_tokens.astype(float)
-        if self.cfg.groups == "rank" and self.cfg.rank_key == "output":
+        if self.cfg.groups is Groups.RANK and self.cfg.rank_key is RankKey.OUTPUT:
             return instance.output_tokens.astype(float)
-        if self.cfg.waiting_order == "output":
+        if self.cfg.waiting_order is WaitingOrder.OUTPUT:
             return instance.output_tokens.astype(float)
         return instance.arrival_ms
 
-    def reservation(self, r: Replica, i: int) -> int:
+    def reservation(self, r: ReplicaView, i: int) -> int:
         """KVs a waiting request reserves when it starts (m_reserve of CANALLOCATE)."""
         if self.cfg.eviction_free:
             return r.I[i] + r.O[i] - 1
@@ -124,26 +122,26 @@ class UnifiedScheduler(IterationPolicy):
             return int(max(r.S[i], min(r.I[i] + max(est, 1) - 1, r.M)))
         return r.S[i]
 
-    def finished(self, r: Replica, i: int) -> None:
+    def finished(self, r: ReplicaView, i: int) -> None:
         if self.cfg.histogram_quantile is not None:
             bisect.insort(self.outputs_seen, r.O[i])
         if self.predicted:
             bisect.insort(self._bucket_outputs.setdefault(r.I[i].bit_length(), []), r.O[i])
             bisect.insort(self._outputs, r.O[i])
 
-    def arrived(self, r: Replica, i: int) -> None:
+    def arrived(self, r: ReplicaView, i: int) -> None:
         if self.predicted:
             self._queue_predicted(r, i)
 
     # ------------------------------------------------------------------ waiting head
 
-    def _head(self, r: Replica) -> int:
+    def _head(self, r: ReplicaView) -> int:
         """The waiting request admitted next (the replica's waiting queue is not empty)."""
         if self.predicted:
             return self._predicted_head(r)
         return r.by_rank[r.waiting[0]]
 
-    def _queue_predicted(self, r: Replica, i: int) -> None:
+    def _queue_predicted(self, r: ReplicaView, i: int) -> None:
         rank = r.rank_of[i]
         if not self._outputs:
             heapq.heappush(self._by_input, (r.I[i], rank))
@@ -157,7 +155,7 @@ class UnifiedScheduler(IterationPolicy):
         n = len(seen)
         return seen[n // 2] if n % 2 else (seen[n // 2 - 1] + seen[n // 2]) / 2
 
-    def _predicted_head(self, r: Replica) -> int:
+    def _predicted_head(self, r: ReplicaView) -> int:
         """The waiting request of smallest predicted output, ties by arrival (stale heap
         entries, of requests no longer waiting, are dropped on the way)."""
         status, req = r.status, r.by_rank
@@ -179,13 +177,13 @@ class UnifiedScheduler(IterationPolicy):
 
     # ------------------------------------------------------------------ GETNEXTBATCH
 
-    def next_batch(self, r: Replica) -> Batch | None:
-        b = Batch(r.M - r._held(), self.C, self.P)
+    def next_batch(self, r: ReplicaView) -> Batch | None:
+        b = r.new_batch(self.C, self.P)
         groups = self.cfg.groups
-        if groups == "vllm":
+        if groups is Groups.VLLM:
             self._admit_waiting(r, b)
             self._add_running(r, b)
-        elif groups == "sarathi":
+        elif groups is Groups.SARATHI:
             self._add_running(r, b)
             self._admit_waiting(r, b)
         else:
@@ -195,7 +193,7 @@ class UnifiedScheduler(IterationPolicy):
                 self._queue_predicted(r, i)
         return b if b.chunks or b.n_dec else None
 
-    def steady(self, r: Replica, b: Batch) -> Steady | None:
+    def steady(self, r: ReplicaView, b: Batch) -> Steady | None:
         """The same decode-only batch comes back until an arrival, unless the running
         requests in a prefill would join it (hybrid batching) or a waiting request could be
         admitted: no free slot, SARATHI without hybrid batching (decodes first), or a queue
@@ -208,18 +206,18 @@ class UnifiedScheduler(IterationPolicy):
         cfg = self.cfg
         if cfg.hybrid and r.prefilling:
             return None
-        if r.n_running >= r.J or (cfg.groups == "sarathi" and not cfg.hybrid):
+        if r.n_running >= r.J or (cfg.groups is Groups.SARATHI and not cfg.hybrid):
             return BLOCKED
-        if r.waiting and cfg.groups != "rank":
+        if r.waiting and cfg.groups is not Groups.RANK:
             head = self._head(r)
-            needs = r.stream.needs()
-            free = r.M - r._held()
-            if self.reservation(r, head) <= free - (needs if cfg.groups == "sarathi" else 0):
+            needs = r.all_decode_needs()
+            free = r.free_kv()
+            if self.reservation(r, head) <= free - (needs if cfg.groups is Groups.SARATHI else 0):
                 return None
-            return BLOCKED if cfg.waiting_order == "arrival" else UNTIL_ARRIVAL
+            return BLOCKED if cfg.waiting_order is WaitingOrder.ARRIVAL else UNTIL_ARRIVAL
         return UNTIL_ARRIVAL
 
-    def _chunk(self, r: Replica, i: int, b: Batch) -> int:
+    def _chunk(self, r: ReplicaView, i: int, b: Batch) -> int:
         """The chunk request i processes given the batch's prefill and token budgets left (0:
         none)."""
         prefill, tokens = b.prefill, b.tokens
@@ -229,7 +227,7 @@ class UnifiedScheduler(IterationPolicy):
         # int (no cast: this runs for every candidate of every batch)
         return c if 0 < c <= prefill and c <= tokens else 0  # type: ignore[return-value]
 
-    def _admit_waiting(self, r: Replica, b: Batch) -> None:
+    def _admit_waiting(self, r: ReplicaView, b: Batch) -> None:
         """Waiting requests in priority order while they fit; the first that does not blocks
         the rest (head-of-line, as vLLM)."""
         while r.waiting and r.n_running < r.J:
@@ -243,13 +241,13 @@ class UnifiedScheduler(IterationPolicy):
             r.take_waiting(i)
             r.admit(i, c, need, b)
 
-    def _running_order(self, r: Replica) -> list[int]:
+    def _running_order(self, r: ReplicaView) -> list[int]:
         """Running requests from highest to lowest priority (for ``vllm`` groups whose waiting
         order is not FCFS, vLLM's running order still is: by arrival)."""
-        if self.cfg.groups == "vllm" and self.cfg.waiting_order != "arrival":
+        if self.cfg.groups is Groups.VLLM and self.cfg.waiting_order is not WaitingOrder.ARRIVAL:
             return sorted(r.running(), key=lambda i: (r.arr[i], i))
-        if self.cfg.groups == "sarathi":
-            dec = [*r.stream.members, *r.idle]
+        if self.cfg.groups is Groups.SARATHI:
+            dec = r.decoders()
             if self.cfg.long_first:
                 dec.sort(key=lambda i: (-r.m_of(i), r.arr[i], i))
             else:
@@ -257,7 +255,7 @@ class UnifiedScheduler(IterationPolicy):
             return dec + sorted(r.prefilling, key=r.rank_of.__getitem__)
         return sorted(r.running(), key=r.rank_of.__getitem__)
 
-    def _add_running(self, r: Replica, b: Batch) -> None:
+    def _add_running(self, r: ReplicaView, b: Batch) -> None:
         """Running decodes (all at once when KV and tokens suffice, else one by one in priority
         order with evictions), then running requests in the middle of a chunked prefill."""
         pres = [i for i in r.prefilling if i not in b.members]
@@ -277,16 +275,14 @@ class UnifiedScheduler(IterationPolicy):
                 if c:
                     b.add_chunk(i, c)
 
-    def _decodes_with_evictions(self, r: Replica, b: Batch) -> None:
+    def _decodes_with_evictions(self, r: ReplicaView, b: Batch) -> None:
         """Decodes in priority order, each needing a new KV unless reserved: while KV is short,
         the lowest-priority running request outside the batch is evicted (possibly a decode
         candidate itself). Taking candidates one by one and evicting from the bottom as each
         runs short evicts the same requests as evicting from the bottom until all survivors
         fit, which is what is done here."""
         ranked = self._running_order(r)
-        need = r.stream.need_of_each()
-        for i in r.idle:
-            need[i] = r.decode_needs(i)
+        need = r.decode_needs_each()
         keep = [i for i in ranked if i in need][: max(int(b.tokens), 0)]
         total = sum(need[i] for i in keep)
         for victim in reversed(ranked):
@@ -305,7 +301,7 @@ class UnifiedScheduler(IterationPolicy):
         if keep:
             b.add_decodes(keep)
 
-    def _add_decode(self, r: Replica, i: int, b: Batch) -> None:
+    def _add_decode(self, r: ReplicaView, i: int, b: Batch) -> None:
         """One decode candidate; evicts lower-priority running requests when KV is short (the
         candidate itself when none is lower)."""
         if r.status[i] != RUNNING or b.tokens < 1:
@@ -324,20 +320,20 @@ class UnifiedScheduler(IterationPolicy):
         b.free -= need
         b.add_decodes([i])
 
-    def _rank_batch(self, r: Replica, b: Batch) -> None:
+    def _rank_batch(self, r: ReplicaView, b: Batch) -> None:
         """One group of running and waiting requests ordered by the rank key: each decode takes
         a token and (unless reserved) a KV, evicting the lowest-priority running requests
         outside the batch when KVs are short (itself when none is lower); each running prefill
         takes a chunk; each of the first RANK_WINDOW waiting requests is admitted if a slot,
         a chunk and its reservation fit."""
-        n_dec = len(r.stream) + len(r.idle)
+        n_dec = r.n_decoders()
         needs = r.all_decode_needs()
         if not self.cfg.hybrid or needs not in (0, n_dec):
             self._rank_batch_one_by_one(r, b)
             return
         self._rank_batch_in_runs(r, b, unit=1 if needs else 0)
 
-    def _rank_batch_in_runs(self, r: Replica, b: Batch, unit: int) -> None:
+    def _rank_batch_in_runs(self, r: ReplicaView, b: Batch, unit: int) -> None:
         """``_rank_batch`` when every decode needs the same KVs (``unit``): the decodes between
         two prefill candidates are taken as a run, in bulk, and victims come from a pointer
         that moves up from the bottom of the running order (it never passes the decode being
@@ -466,17 +462,17 @@ class UnifiedScheduler(IterationPolicy):
                             cands = cands[:k] + [e for e in cands[k:] if need[e] <= free]
         self._decodes_taken(r, b, dp)
 
-    def _decodes_taken(self, r: Replica, b: Batch, dp: int) -> None:
+    def _decodes_taken(self, r: ReplicaView, b: Batch, dp: int) -> None:
         """The decodes of a ranked batch are the first ``dp`` decoders in rank order (victims
         only ever leave below them)."""
-        if b.n_dec == len(r.stream) + len(r.idle):
+        if b.n_dec == r.n_decoders():
             b.all_decodes = bool(b.n_dec)
         else:
             assert r.dec_keys is not None
             b.dec = [r.by_rank[k] for k in r.dec_keys[:dp]]
             b.members.update(b.dec)
 
-    def _rank_batch_one_by_one(self, r: Replica, b: Batch) -> None:
+    def _rank_batch_one_by_one(self, r: ReplicaView, b: Batch) -> None:
         """``_rank_batch`` entry by entry (decodes with different KV needs)."""
         waiting = r.waiting[:RANK_WINDOW]
         entries = [(r.rank_of[i], True) for i in r.running()]
@@ -500,3 +496,30 @@ class UnifiedScheduler(IterationPolicy):
                     r.take_waiting(i)
                     r.admit(i, c, nd, b)
 
+
+
+class UnifiedOnFamily(UnifiedScheduler):
+    """A configuration of the unified scheduler on another paper's profile family, one that
+    times iterations per request (SCLS's eqs 3–4, Huang et al.'s eqs 14–15): the first output
+    token comes from the first decode, as those papers count decodes, so a request holds up to
+    I + O KVs and one that needs more than the cache is refused; the paper sets the batch
+    budgets (:meth:`budgets`)."""
+
+    first_token_from_prefill = False
+
+    def __init__(self, config: SchedulerConfig, family: str, runs_on: str) -> None:
+        super().__init__(config)
+        self.family = family
+        self.runs_on = runs_on  # the family and the paper's equations, for the error
+
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
+        if instance.profile.family != self.family:
+            raise InstanceError(f"{self.name} replays on {self.runs_on}", file=instance.label(),
+                                field="model", value=instance.profile.name)
+        refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens,
+                         " (input + output)")
+        self.C, self.P = self.budgets(replica)
+
+    def budgets(self, replica: ReplicaView) -> tuple[float, float]:
+        """The batch's token budget and prefill budget."""
+        raise NotImplementedError

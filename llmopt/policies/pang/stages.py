@@ -5,7 +5,7 @@ At most J requests are in flight, each pinned to its client (batch slot) from it
 its last token. A prefill stage processes the whole prompts of the requests admitted in it; a
 decode round gives one token to every request in flight. A request's first output token comes
 from its first decode round (eq 8: decode work is N^d_i tokens per request), so these policies
-set ``first_token_from_prefill = False``. Memory follows ``llmopt.sim.kv``: a request is
+set ``first_token_from_prefill = False``. Memory follows ``llmopt.problems.pang.kv``: a request is
 admitted only when the KV tokens reserved by the requests in flight (input + output each) plus
 its own fit the capacity.
 
@@ -54,10 +54,8 @@ import numpy as np
 from llmopt.data.cost import PangLinearProfile
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
-from llmopt.policies.base import IterationPolicy, Steady
-from llmopt.sim.batch import Batch
-from llmopt.sim.kv import footprint
-from llmopt.sim.replica import Replica
+from llmopt.policies.base import Batch, IterationPolicy, ReplicaView, Steady
+from llmopt.problems.pang.kv import footprint
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ class Budget:
 
 
 class QueueDiscipline(Protocol):
-    def setup(self, replica: Replica) -> None: ...
+    def setup(self, replica: ReplicaView) -> None: ...
 
     def arrive(self, request: int) -> None: ...
 
@@ -81,7 +79,7 @@ class QueueDiscipline(Protocol):
     def take(self, pairs: list[tuple[int, int]]) -> None: ...
 
 
-Timing = Callable[[Replica, list[tuple[int, int]]], float]
+Timing = Callable[[ReplicaView, list[tuple[int, int]]], float]
 
 
 # --------------------------------------------------------------------- queue disciplines
@@ -93,7 +91,7 @@ class FCFSQueue:
     def __init__(self) -> None:
         self.queue: deque[int] = deque()
 
-    def setup(self, replica: Replica) -> None:
+    def setup(self, replica: ReplicaView) -> None:
         self.inp = replica.instance.input_tokens
         self.out = replica.instance.output_tokens
         self.queue.clear()
@@ -129,7 +127,7 @@ class ClientQueues:
         self.steal = steal
         self.explicit_order = explicit_order
 
-    def setup(self, replica: Replica) -> None:
+    def setup(self, replica: ReplicaView) -> None:
         instance = replica.instance
         n, J = instance.num_requests, replica.J
         self.inp, self.out = instance.input_tokens, instance.output_tokens
@@ -228,7 +226,7 @@ class StageQueue:
         self.stages = merged
         self.client = client
 
-    def setup(self, replica: Replica) -> None:
+    def setup(self, replica: ReplicaView) -> None:
         self.inp = replica.instance.input_tokens
         self.out = replica.instance.output_tokens
         self.k = 0
@@ -254,19 +252,19 @@ class StageQueue:
         self.position += self.stages[self.k][1]
         self.k += 1
 
-    def rounds_before_prefill(self, replica: Replica, pairs: list[tuple[int, int]]) -> float:
+    def rounds_before_prefill(self, replica: ReplicaView, pairs: list[tuple[int, int]]) -> float:
         return max(0, self.position - replica.decode_iterations)
 
 
 # --------------------------------------------------------------------- timing rules
 
 
-def eager(replica: Replica, pairs: list[tuple[int, int]]) -> float:
+def eager(replica: ReplicaView, pairs: list[tuple[int, int]]) -> float:
     """Prefill-first: a waiting prompt with a free client interrupts decoding at once."""
     return 0
 
 
-def lagrangian(replica: Replica, pairs: list[tuple[int, int]]) -> float:
+def lagrangian(replica: ReplicaView, pairs: list[tuple[int, int]]) -> float:
     """Eqs 41–43: wait while C_p (the stage's duration) exceeds C_d (T_d × decode tokens since
     the last prefill stage); returns the decode rounds still to wait."""
     profile: PangLinearProfile = replica.profile  # type: ignore[assignment]
@@ -295,7 +293,7 @@ class StagePolicy(IterationPolicy):
         self._wait: float = math.inf
         self._free_clients = False
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         profile = instance.profile
         if not isinstance(profile, PangLinearProfile):
             raise InstanceError("PD-competition replay needs a pang_linear profile",
@@ -315,18 +313,18 @@ class StagePolicy(IterationPolicy):
                 f"request {instance.ids[i]} needs {int(need[i])} KV tokens, more than the cache",
                 file=instance.label(), field="system.kv_capacity", value=replica.M)
 
-    def attach(self, replica: Replica) -> None:
+    def attach(self, replica: ReplicaView) -> None:
         self.queue.setup(replica)
 
-    def arrived(self, replica: Replica, i: int) -> None:
+    def arrived(self, replica: ReplicaView, i: int) -> None:
         self.queue.arrive(i)
 
-    def reservation(self, replica: Replica, i: int) -> int:
+    def reservation(self, replica: ReplicaView, i: int) -> int:
         return int(footprint(replica.I[i], replica.O[i]))
 
-    def next_batch(self, r: Replica) -> Batch | None:
-        free = sorted(r.free_slots)
-        budget = Budget(r.P_system, r.M - r._held())
+    def next_batch(self, r: ReplicaView) -> Batch | None:
+        free = r.free_clients()
+        budget = Budget(r.P_system, r.free_kv())
         pairs = self.queue.candidates(free, budget) if free else []
         wait: float = math.inf
         if pairs:
@@ -345,10 +343,10 @@ class StagePolicy(IterationPolicy):
         self._wait, self._free_clients = wait, bool(free)
         return b
 
-    def _rounds_before_prefill(self, r: Replica, pairs: list[tuple[int, int]]) -> float:
+    def _rounds_before_prefill(self, r: ReplicaView, pairs: list[tuple[int, int]]) -> float:
         if isinstance(self.queue, StageQueue):
             return self.queue.rounds_before_prefill(r, pairs)
         return self.timing(r, pairs)
 
-    def steady(self, replica: Replica, batch: Batch) -> Steady | None:
+    def steady(self, replica: ReplicaView, batch: Batch) -> Steady | None:
         return Steady(self._wait, until_arrival=self._free_clients)

@@ -1,6 +1,6 @@
 """Routers: which replica takes an arriving request.
 
-Each sees every replica as it stands when the request arrives (``policies.base.ReplicaView``);
+Each sees every replica as it stands when the request arrives (``RouterView``);
 ties go to the lowest replica index. A router that reads replica state says so
 (``reads_state``): replicas then never run ahead of an arrival, even where their policy would
 not change its decision, so that the state read is the state at the arrival.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from llmopt.policies.base import ReplicaView
+from llmopt.policies.base import RouterView
 
 
 class RoundRobin:
@@ -23,7 +23,7 @@ class RoundRobin:
     def __init__(self) -> None:
         self.next = 0
 
-    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+    def route(self, request: int, now: float, replicas: list[RouterView]) -> int:
         k = self.next % len(replicas)
         self.next += 1
         return k
@@ -39,7 +39,7 @@ class ByAssignment:
         self.client_of = client_of
         self.J = clients_per_replica
 
-    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+    def route(self, request: int, now: float, replicas: list[RouterView]) -> int:
         return self.client_of[request] // self.J
 
 
@@ -50,7 +50,7 @@ class LeastOutstandingTokens:
     name = "least-outstanding-tokens"
     reads_state = True
 
-    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+    def route(self, request: int, now: float, replicas: list[RouterView]) -> int:
         return min(range(len(replicas)), key=lambda k: (replicas[k].outstanding_tokens, k))
 
 
@@ -60,7 +60,7 @@ class ShortestQueue:
     name = "shortest-queue"
     reads_state = True
 
-    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+    def route(self, request: int, now: float, replicas: list[RouterView]) -> int:
         return min(range(len(replicas)),
                    key=lambda k: (replicas[k].waiting_count + replicas[k].n_running, k))
 
@@ -71,7 +71,7 @@ class MostFreeMemory:
     name = "most-free-memory"
     reads_state = True
 
-    def route(self, request: int, now: float, replicas: list[ReplicaView]) -> int:
+    def route(self, request: int, now: float, replicas: list[RouterView]) -> int:
         return min(range(len(replicas)), key=lambda k: (-replicas[k].free_kv(), k))
 
 

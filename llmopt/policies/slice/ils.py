@@ -30,46 +30,37 @@ simulation core's (segments and iteration log, mode ``continuous``), checked by
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from llmopt.data.instance import Instance
-from llmopt.errors import InstanceError
-from llmopt.policies.base import Router
+from llmopt.policies.base import ReplicaView, Router
+from llmopt.policies.deploy import Deployment, each_replica
 from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.infermax.unified import UnifiedScheduler, refuse_oversized
-from llmopt.policies.routing import RoundRobin
+from llmopt.policies.infermax.unified import UnifiedOnFamily
+from llmopt.progress import SILENT, Progress
 from llmopt.schedule import Schedule
-from llmopt.sim.cluster import Deployment
-from llmopt.sim.replica import Replica
 from llmopt.sim.slices import section5_request_metrics
 
 ILS = replace(
-    SCHEDULERS["sarathi"], name="ils", source="cheng",
+    SCHEDULERS["sarathi"], name="ils",
     description="ILS (DeepSpeed-FastGen's Dynamic SplitFuse): continuous batching, decode "
     "priority, hybrid batches, chunked prefill P = 512, on eqs 3-4 per request")
 
 
-class IterationLevel(UnifiedScheduler):
+class IterationLevel(UnifiedOnFamily):
     """``ILS`` on an ``scls`` profile (see the module doc)."""
 
-    first_token_from_prefill = False
-
     def __init__(self) -> None:
-        super().__init__(ILS)
+        super().__init__(ILS, "scls", "the scls profile family (Cheng et al. eqs 3-4)")
 
-    def check(self, instance: Instance, replica: Replica) -> None:
-        label = instance.label()
-        if instance.profile.family != "scls":
-            raise InstanceError(f"{self.name} replays on the scls profile family (Cheng et al. "
-                                "eqs 3-4)", file=label, field="model",
-                                value=instance.profile.name)
-        refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens,
-                         " (input + output)")
+    def budgets(self, replica: ReplicaView) -> tuple[float, float]:
         prefill = self.cfg.prefill_budget or replica.C
-        self.C = replica.C if math.isfinite(replica.C) else prefill + replica.J
-        self.P = min(prefill, replica.P_system, self.C)
+        C = replica.C if math.isfinite(replica.C) else prefill + replica.J
+        return C, min(prefill, replica.P_system, C)
 
 
 def section5_metrics(schedule: Schedule, instances: int) -> dict[str, float]:
@@ -95,11 +86,11 @@ def section5_metrics(schedule: Schedule, instances: int) -> dict[str, float]:
     return {k: round(v, 6) for k, v in out.items()}
 
 
-def deploy(instance: Instance, *, router: Router | None = None) -> Deployment:
+def deploy(instance: Instance, name: str = "ils", *, plan: Mapping[str, Any] | None = None,
+           router: Router | None = None, progress: Progress = SILENT) -> Deployment:
     """ILS on every model instance of ``instance`` (``system.instances``), round-robin unless
     another router is given."""
-    return Deployment(ILS.name, [IterationLevel() for _ in range(instance.system.instances)],
-                      router or RoundRobin())
+    return each_replica(instance, ILS.name, IterationLevel, router)
 
 
 __all__ = ["ILS", "IterationLevel", "deploy", "section5_metrics"]

@@ -25,7 +25,7 @@ from llmopt.data.cost.scls import SclsProfile
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, SolutionFileError
 from llmopt.policies.registry import check_family
-from llmopt.policies.slice.schedulers import SCHEDULERS, replay_slices
+from llmopt.policies.slice.schedulers import SCHEDULERS, replay_slices, scheduler
 from llmopt.result import Result
 from llmopt.sim.slices import SliceReplay
 from llmopt.version import __version__
@@ -87,7 +87,7 @@ def slice_result(instance: Instance, policy: str) -> tuple[Result, SliceReplay]:
     replay = replay_slices(instance, policy, instances=instance.system.instances)
     runtime = time.perf_counter() - t0
     metrics = replay.metrics()
-    sch = replay.scheduler or SCHEDULERS[policy]
+    sch = scheduler(policy)  # the parameters it ran with
     result = Result(
         problem="replay", solver=policy, status="feasible",
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,

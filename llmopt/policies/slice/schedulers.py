@@ -28,30 +28,132 @@ fair (the design note's one-cost-model rule), so ILS is left out of the ladder.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
+from llmopt.data.cost.scls import DEFAULT_SLICE_LENGTH, SclsProfile, check_slice_length
 from llmopt.data.instance import Instance
 from llmopt.errors import OptionError
-from llmopt.problems.scls.offload import DEFAULT_GAMMA_MS, DEFAULT_LAMBDA
-from llmopt.problems.scls.partition import DEFAULT_SLICE_LENGTH
-from llmopt.sim.slices import SliceReplay, SliceScheduler, simulate_slices
+from llmopt.policies.slice.strategies import (
+    AdaptiveInterval,
+    DpBatcher,
+    FcfsBatcher,
+    FixedInterval,
+    MaxMinOffloading,
+    RoundRobinFcfs,
+    RoundRobinOffloading,
+    check_each_fits,
+)
+from llmopt.problems.scls.offload import (
+    DEFAULT_GAMMA_MS,
+    DEFAULT_LAMBDA,
+    MaxMinOffloader,
+    check_interval_parameters,
+)
+from llmopt.sim.slices import Dispatch, SliceReplay, SliceStrategies, simulate_slices
+
+
+class Batcher(StrEnum):
+    DP = "dp"
+    FCFS = "fcfs"
+
+
+class Offloading(StrEnum):
+    MAX_MIN = "max-min"
+    ROUND_ROBIN = "round-robin"
+
+
+class IntervalRule(StrEnum):
+    ADAPTIVE = "adaptive"
+    FIXED = "fixed"
+
+
+@dataclass(frozen=True)
+class SliceScheduler:
+    """A slice-level scheduler as parameters (see :mod:`.strategies`): how requests reach
+    instances (``dispatch``), the batcher, its size (fixed for ``fcfs``, a limit for ``dp``;
+    None: none), the offloader, the period rule (eq 12 or fixed Γ), λ, Γ (ms) and the slice
+    length S. Each choice is a member of its enum, or its name."""
+
+    name: str
+    dispatch: Dispatch | str = Dispatch.POOL
+    batcher: Batcher | str = Batcher.DP
+    batch_size: int | None = None
+    offloader: Offloading | str = Offloading.MAX_MIN
+    interval: IntervalRule | str = IntervalRule.ADAPTIVE
+    slice_length: int = DEFAULT_SLICE_LENGTH
+    gamma_ms: float = DEFAULT_GAMMA_MS
+    lam: float = DEFAULT_LAMBDA
+    #: S is the generation limit, not a slice (SLS): a slice length given leaves it
+    fixed_slice_length: bool = False
+
+    def checked(self) -> SliceScheduler:
+        """The parameters validated, each choice as its enum member (user errors: one
+        :class:`OptionError` naming the field)."""
+        choices: dict[str, Any] = {}
+        for name, enum in (("dispatch", Dispatch), ("batcher", Batcher),
+                           ("offloader", Offloading), ("interval", IntervalRule)):
+            value = getattr(self, name)
+            try:
+                choices[name] = enum(value)
+            except ValueError:
+                raise OptionError(f"unknown {name} (one of: {', '.join(enum)})", field=name,
+                                  value=value, has_value=True) from None
+        check_slice_length(self.slice_length)
+        check_interval_parameters(self.gamma_ms, self.lam)
+        size = self.batch_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 1):
+            raise OptionError("the batch size must be an integer ≥ 1", field="batch_size",
+                              value=size, has_value=True)
+        if choices["batcher"] is Batcher.FCFS and size is None:
+            raise OptionError("FCFS batching needs a fixed batch size", field="batch_size",
+                              value=size, has_value=True)
+        if choices["dispatch"] is Dispatch.ROUTE and choices["batcher"] is not Batcher.FCFS:
+            raise OptionError("routed requests are batched by their instance, FCFS",
+                              field="batcher", value=self.batcher)
+        return replace(self, **choices)
+
+    def strategies(self, profile: SclsProfile, workers: int, label: str) -> SliceStrategies:
+        """The engine's strategies for one run (see :mod:`.strategies`)."""
+        s, size = self.slice_length, self.batch_size
+        check = check_each_fits(profile, s)
+        if self.dispatch is Dispatch.ROUTE:
+            return SliceStrategies(Dispatch.ROUTE, check,
+                                   local=RoundRobinFcfs(profile, s, size or 1, workers, label))
+        loads = MaxMinOffloader(workers)
+        return SliceStrategies(
+            Dispatch.POOL, check,
+            batcher=(DpBatcher(profile, s, size, label) if self.batcher is Batcher.DP
+                     else FcfsBatcher(profile, s, size or 1, label)),
+            offloader=(MaxMinOffloading(loads) if self.offloader is Offloading.MAX_MIN
+                       else RoundRobinOffloading(loads, workers)),
+            interval=(AdaptiveInterval(loads, self.lam, self.gamma_ms)
+                      if self.interval is IntervalRule.ADAPTIVE
+                      else FixedInterval(self.gamma_ms)))
+
 
 GENERATION_LIMIT = 1024   # the maximal generation length of section 5.1 (SLS's iteration limit)
 FIXED_BATCH = 16          # SLS's / SO's fixed batch and PM's limit for HF workers (section 5.1)
 
 SCHEDULERS: dict[str, SliceScheduler] = {
     s.name: s for s in [
-        SliceScheduler("sls", dispatch="route", batcher="fcfs", batch_size=FIXED_BATCH,
-                       offloader="round-robin", interval="fixed",
-                       slice_length=GENERATION_LIMIT),
-        SliceScheduler("so", dispatch="route", batcher="fcfs", batch_size=FIXED_BATCH,
-                       offloader="round-robin", interval="fixed"),
-        SliceScheduler("pm", batcher="dp", batch_size=FIXED_BATCH, offloader="round-robin",
-                       interval="fixed"),
-        SliceScheduler("ab", batcher="dp", offloader="round-robin", interval="fixed"),
-        SliceScheduler("lb", batcher="dp", offloader="max-min", interval="fixed"),
-        SliceScheduler("scls", batcher="dp", offloader="max-min", interval="adaptive"),
+        SliceScheduler("sls", dispatch=Dispatch.ROUTE, batcher=Batcher.FCFS,
+                       batch_size=FIXED_BATCH, offloader=Offloading.ROUND_ROBIN,
+                       interval=IntervalRule.FIXED, slice_length=GENERATION_LIMIT,
+                       fixed_slice_length=True),
+        SliceScheduler("so", dispatch=Dispatch.ROUTE, batcher=Batcher.FCFS,
+                       batch_size=FIXED_BATCH, offloader=Offloading.ROUND_ROBIN,
+                       interval=IntervalRule.FIXED),
+        SliceScheduler("pm", batcher=Batcher.DP, batch_size=FIXED_BATCH,
+                       offloader=Offloading.ROUND_ROBIN, interval=IntervalRule.FIXED),
+        SliceScheduler("ab", batcher=Batcher.DP, offloader=Offloading.ROUND_ROBIN,
+                       interval=IntervalRule.FIXED),
+        SliceScheduler("lb", batcher=Batcher.DP, offloader=Offloading.MAX_MIN,
+                       interval=IntervalRule.FIXED),
+        SliceScheduler("scls", batcher=Batcher.DP, offloader=Offloading.MAX_MIN,
+                       interval=IntervalRule.ADAPTIVE),
     ]
 }
 LADDER = tuple(SCHEDULERS)  # Fig. 15's order
@@ -70,7 +172,7 @@ def scheduler(name: str | SliceScheduler, *, slice_length: int | None = None,
         raise OptionError(f"unknown slice-level scheduler (known: {', '.join(SCHEDULERS)})",
                           field="scheduler", value=name, has_value=True)
     changes: dict[str, Any] = {}
-    if slice_length is not None and base.name != "sls":
+    if slice_length is not None and not base.fixed_slice_length:
         changes["slice_length"] = slice_length
     if gamma_ms is not None:
         changes["gamma_ms"] = gamma_ms
@@ -94,4 +196,5 @@ def replay_slices(instance: Instance, scheduler_name: str | SliceScheduler = "sc
 
 
 __all__ = ["DEFAULT_GAMMA_MS", "DEFAULT_LAMBDA", "DEFAULT_SLICE_LENGTH", "FIXED_BATCH",
-           "GENERATION_LIMIT", "LADDER", "SCHEDULERS", "replay_slices", "scheduler"]
+           "GENERATION_LIMIT", "LADDER", "SCHEDULERS", "Batcher", "Dispatch", "IntervalRule",
+           "Offloading", "SliceScheduler", "replay_slices", "scheduler"]

@@ -97,10 +97,8 @@ import numpy as np
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
-from llmopt.policies.base import IterationPolicy, Steady
+from llmopt.policies.base import RUNNING, Batch, IterationPolicy, ReplicaView, Steady
 from llmopt.policies.infermax.unified import check_continuous
-from llmopt.sim.batch import Batch
-from llmopt.sim.replica import RUNNING, Replica
 
 TILE_TOKENS = 128
 WINDOW_ITERATIONS = 8
@@ -268,7 +266,7 @@ class Sola(IterationPolicy):
 
     # ------------------------------------------------------------------ setup
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         label = instance.label()
         check_continuous(instance, replica)
         ttft, tpot = instance.slo_targets("ttft_slo_ms"), instance.slo_targets("tpot_slo_ms")
@@ -284,9 +282,9 @@ class Sola(IterationPolicy):
         ttft = instance.slo_targets("ttft_slo_ms")
         return instance.arrival_ms + np.where(np.isnan(ttft), MAX_DEADLINE_MS, ttft)
 
-    def attach(self, replica: Replica) -> None:
+    def attach(self, replica: ReplicaView) -> None:
         self.cost = SolaCostModel.fit(replica.profile, int(replica.C))
-        self.first_ms = replica.state.first_ms
+        self.first_ms = replica.first_ms
         deadlines = self.priority_keys(replica.instance)
         self.deadlines = [float(deadlines[i]) for i in replica.by_rank]  # by rank: sorted
         # the most urgent rank among the requests arriving at or after each arrival time
@@ -295,24 +293,18 @@ class Sola(IterationPolicy):
         ranks = np.asarray(replica.rank_of)[by_arrival]
         self.later_min_rank = [*np.minimum.accumulate(ranks[::-1])[::-1].tolist(), math.inf]
 
-    def finished(self, replica: Replica, i: int) -> None:
+    def finished(self, replica: ReplicaView, i: int) -> None:
         self.lengths.add(replica.I[i], replica.O[i])
         self.running_peak.finished(i)
 
     # ------------------------------------------------------------------ state
 
-    def _generated(self, r: Replica, i: int) -> int:
-        stream = r.stream
-        if i in stream.members:
-            return r.gen[i] + stream.G - stream.base[i]
-        return r.gen[i]
-
-    def predicted_left(self, r: Replica, i: int) -> int:
+    def predicted_left(self, r: ReplicaView, i: int) -> int:
         """l_left of request i (section 4.3)."""
-        g = self._generated(r, i)
+        g = r.generated(i)
         return max(self.lengths.predicted_total(r.I[i], g) - g, 0)
 
-    def _observe_last(self, r: Replica) -> None:
+    def _observe_last(self, r: ReplicaView) -> None:
         """γ update (eq 5) from the iteration that just ran, when SOLA formed it."""
         if self.last_start >= 0 and r.last_start == self.last_start:
             actual = r.t - r.last_start
@@ -353,7 +345,7 @@ class Sola(IterationPolicy):
 
     # ------------------------------------------------------------------ Algorithm 1
 
-    def next_batch(self, r: Replica) -> Batch | None:
+    def next_batch(self, r: ReplicaView) -> Batch | None:
         assert self.cost is not None
         self._observe_last(r)
         self.blocked = False
@@ -366,7 +358,7 @@ class Sola(IterationPolicy):
         by_rank = r.by_rank
         waiting = [by_rank[k] for k in r.waiting[:CANDIDATE_WINDOW]]
         prefilling = list(r.prefilling)
-        decoders = [*r.stream.members, *r.idle]
+        decoders = r.decoders()
         # state monitor: real-time TTFT of the most urgent waiting requests and of the running
         # ones, TPOT of those decoding
         ttft_ratio: dict[int, float] = {}
@@ -382,7 +374,7 @@ class Sola(IterationPolicy):
         self._choose_strategy(list(ttft_ratio.values()), tpot_ratio,
                               (max(late_beyond, 0), beyond))
 
-        b = Batch(r.free_kv(), r.C, r.C)
+        b = r.new_batch(r.C, r.C)
         candidates = self._prefill_order(r, waiting, prefilling, ttft_ratio)
         if self.mode == "ttft":
             budget = self._tpot_budget(decoders, gen, tpot_now)
@@ -400,7 +392,7 @@ class Sola(IterationPolicy):
         self._remember_prediction(r, b)
         return b
 
-    def _nothing_can_start(self, r: Replica) -> bool:
+    def _nothing_can_start(self, r: ReplicaView) -> bool:
         """Whether no waiting request in the window can start now: every slot is taken, or
         each one's KVs exceed the free memory or its predicted peak the capacity (section
         5.1). Until a request arrives or finishes this stays so (free memory only shrinks and
@@ -412,27 +404,27 @@ class Sola(IterationPolicy):
         by_rank = r.by_rank
         return not any(peak.fits(by_rank[k], free) for k in r.waiting[:CANDIDATE_WINDOW])
 
-    def _decodes_only(self, r: Replica) -> Batch | None:
+    def _decodes_only(self, r: ReplicaView) -> Batch | None:
         """Nothing is in a prefill and no waiting request can start: every decode runs (eq 1
         leaves k_i = C, eq 2 admits nothing). The monitor's window and γ are left as they are:
         such an iteration is no choice of SOLA's, and a run of them (``steady``) and the same
         iterations one by one schedule alike."""
-        decoders = [*r.stream.members, *r.idle]
+        decoders = r.decoders()
         if not decoders:
             return None
-        b = Batch(r.free_kv(), r.C, r.C)
+        b = r.new_batch(r.C, r.C)
         self._add_decodes(r, b, decoders, None, None, limit=math.inf)
         return None if b.empty else b
 
-    def _decode_state(self, r: Replica, decoders: list[int]
+    def _decode_state(self, r: ReplicaView, decoders: list[int]
                       ) -> tuple[dict[int, int], dict[int, float]]:
         """Generated tokens and real-time TPOT of each decoding request (section 4.3)."""
-        gen = {i: self._generated(r, i) for i in decoders}
+        gen = {i: r.generated(i) for i in decoders}
         now, first = r.t, self.first_ms
         tpot_now = {i: (now - first[i]) / (g - 1) if g >= 2 else 0.0 for i, g in gen.items()}
         return gen, tpot_now
 
-    def _prefill_order(self, r: Replica, waiting: list[int], prefilling: list[int],
+    def _prefill_order(self, r: ReplicaView, waiting: list[int], prefilling: list[int],
                        ttft_ratio: dict[int, float]) -> list[int]:
         """Prefill requests by descending predicted TTFT over target (refills first)."""
         assert self.cost is not None
@@ -460,7 +452,7 @@ class Sola(IterationPolicy):
             return min(slack)
         return quantile_level([-s for s in slack], self.level) * -1
 
-    def _add_prefills_for_tpot(self, r: Replica, b: Batch, order: list[int],
+    def _add_prefills_for_tpot(self, r: ReplicaView, b: Batch, order: list[int],
                                budget_ms: float) -> None:
         """Eq 1 with every decode in the batch (``ttft_decodes="all"``): prefill chunks in
         priority order, the iteration's tokens k_i (the decodes already in ``b`` and the prefill
@@ -514,7 +506,7 @@ class Sola(IterationPolicy):
             self._take_prefill(r, b, i, c, r.status[i] != RUNNING, peak)
             take -= c
 
-    def _add_prefills_within(self, r: Replica, b: Batch, order: list[int],
+    def _add_prefills_within(self, r: ReplicaView, b: Batch, order: list[int],
                              budget_ms: float) -> float:
         """The earlier reading of eq 1 (``ttft_decodes="left-of-k"``): prefill chunks in
         priority order while their predicted cost stays within ``budget_ms``, at least one tile
@@ -555,7 +547,7 @@ class Sola(IterationPolicy):
             mc, cc, tokens = mc + mi * c, cc + c * c, tokens + c
         return r.C
 
-    def _take_prefill(self, r: Replica, b: Batch, i: int, c: int, waiting: bool,
+    def _take_prefill(self, r: ReplicaView, b: Batch, i: int, c: int, waiting: bool,
                       peak: _PeakMemory) -> None:
         if waiting:
             r.take_waiting(i)
@@ -564,7 +556,7 @@ class Sola(IterationPolicy):
         else:
             b.add_chunk(i, c)
 
-    def _add_prefills_for_ttft(self, r: Replica, b: Batch, order: list[int],
+    def _add_prefills_for_ttft(self, r: ReplicaView, b: Batch, order: list[int],
                                now: float) -> None:
         """Eq 2: the fewest prefills, in priority order, after which every other waiting
         request can still meet its TTFT target after this iteration (a%-level when
@@ -606,12 +598,12 @@ class Sola(IterationPolicy):
             self._take_prefill(r, b, i, c, waiting, peak)
             mc, cc, tokens = mc + mi * c, cc + c * c, tokens + c
 
-    def _decode_kv(self, r: Replica, b: Batch) -> float:
+    def _decode_kv(self, r: ReplicaView, b: Batch) -> float:
         if b.all_decodes:
-            return float(r.stream.kv() + sum(r.m[i] for i in r.idle))
+            return float(r.decode_kv())
         return float(sum(r.m_of(i) for i in b.dec))
 
-    def _add_decodes(self, r: Replica, b: Batch, decoders: list[int],
+    def _add_decodes(self, r: ReplicaView, b: Batch, decoders: list[int],
                      gen: dict[int, int] | None, tpot_now: dict[int, float] | None,
                      limit: float) -> None:
         """Decodes by descending predicted TPOT over target, up to ``limit`` of them; when
@@ -645,7 +637,7 @@ class Sola(IterationPolicy):
             b.free -= total
             b.add_decodes(chosen)
 
-    def _decode_order(self, r: Replica, decoders: list[int], gen: dict[int, int],
+    def _decode_order(self, r: ReplicaView, decoders: list[int], gen: dict[int, int],
                       tpot_now: dict[int, float]) -> list[int]:
         """Descending predicted TPOT ``(t_TPOT·l_out + C^d·l_left) / (l_out + l_left)`` over
         the target."""
@@ -658,7 +650,7 @@ class Sola(IterationPolicy):
 
         return sorted(decoders, key=lambda i: -predicted(i))
 
-    def _remember_prediction(self, r: Replica, b: Batch) -> None:
+    def _remember_prediction(self, r: ReplicaView, b: Batch) -> None:
         assert self.cost is not None
         mc = cc = c = 0.0
         for i, k in b.chunks:
@@ -671,7 +663,7 @@ class Sola(IterationPolicy):
             self.last_decode_ms = self.cost.gamma * decode0
         self.last_start = r.t
 
-    def steady(self, r: Replica, b: Batch) -> Steady | None:
+    def steady(self, r: ReplicaView, b: Batch) -> Steady | None:
         """A decode-only batch of every decoder comes back, until a finish (which the replica
         stops at), when nothing is in a prefill and nothing waiting can start
         (``_nothing_can_start``): with no prefill, eq 1 leaves k_i = C and eq 2 admits
@@ -713,7 +705,7 @@ class _RunningPeak:
     def invalidate(self) -> None:
         self.items, self.profile = None, None
 
-    def load(self, policy: Sola, r: Replica) -> dict[int, tuple[int, int]]:
+    def load(self, policy: Sola, r: ReplicaView) -> dict[int, tuple[int, int]]:
         if self.items is None:
             self.items = {i: (policy.predicted_left(r, i), max(r.m_of(i), r.reserve_to[i]))
                           for i in r.running()}
@@ -752,7 +744,7 @@ class _PeakMemory:
     paper's memory threshold, section 6.4), and the peak with one candidate is a query of
     O(log n) on a :class:`_PeakProfile` of the running requests (:class:`_RunningPeak`)."""
 
-    def __init__(self, policy: Sola, r: Replica) -> None:
+    def __init__(self, policy: Sola, r: ReplicaView) -> None:
         self.policy, self.r = policy, r
         self.count = r.n_running
         self.longest_left = policy.lengths.longest_left()

@@ -54,10 +54,8 @@ from collections import deque
 import numpy as np
 
 from llmopt.data.instance import Instance
-from llmopt.policies.base import IterationPolicy, Steady
+from llmopt.policies.base import RUNNING, Batch, IterationPolicy, ReplicaView, Steady
 from llmopt.policies.infermax.unified import check_continuous
-from llmopt.sim.batch import Batch
-from llmopt.sim.replica import RUNNING, Replica
 
 MAX_NUM_BATCHED_TOKENS = 8192
 MAX_NUM_SEQS = 256
@@ -84,7 +82,7 @@ class VllmV1(IterationPolicy):
 
     # ------------------------------------------------------------------ setup
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         check_continuous(instance, replica)
         self.budget = int(min(self.max_num_batched_tokens, replica.C))
         self.prefill = min(self.budget, replica.P_system)
@@ -94,22 +92,22 @@ class VllmV1(IterationPolicy):
         """The replica's waiting order: (priority, arrival) = arrival (see the module doc)."""
         return instance.arrival_ms
 
-    def reservation(self, replica: Replica, i: int) -> int:
+    def reservation(self, replica: ReplicaView, i: int) -> int:
         """What a waiting request's first step allocates at most: its whole (re)fill, or a
         budget's worth (the admission itself reserves the chunk it is given)."""
         return int(min(replica.S[i] - replica.m[i], self.prefill or replica.S[i]))
 
-    def arrived(self, replica: Replica, i: int) -> None:
+    def arrived(self, replica: ReplicaView, i: int) -> None:
         if not self.priority:
             self.queue.append(i)
 
-    def finished(self, replica: Replica, i: int) -> None:
+    def finished(self, replica: ReplicaView, i: int) -> None:
         self.order.remove(i)
 
     # ------------------------------------------------------------------ schedule()
 
-    def next_batch(self, r: Replica) -> Batch | None:
-        b = Batch(r.M - r._held(), self.budget, self.prefill)
+    def next_batch(self, r: ReplicaView) -> Batch | None:
+        b = r.new_batch(self.budget, self.prefill)
         if not self._schedule_running(r, b):
             self._schedule_waiting(r, b)
         elif b.empty:
@@ -118,12 +116,12 @@ class VllmV1(IterationPolicy):
             return self.next_batch(r)
         return b if b.chunks or b.n_dec else None
 
-    def _chunk_kv(self, r: Replica, i: int, c: int) -> int:
+    def _chunk_kv(self, r: ReplicaView, i: int, c: int) -> int:
         """New KVs a chunk of ``c`` tokens of running request ``i`` needs."""
         m, res = r.m[i], r.reserve_to[i]
         return max(m + c, res) - max(m, res)
 
-    def _schedule_running(self, r: Replica, b: Batch) -> bool:
+    def _schedule_running(self, r: ReplicaView, b: Batch) -> bool:
         """Step 1 and 2 of the module doc; True when a request was preempted. Without a
         preemption the order matters only for the token budget: when the requests in a
         prefill are the last admitted (as FCFS admission makes them but after a preemption)
@@ -156,7 +154,7 @@ class VllmV1(IterationPolicy):
                 return False
         return self._in_order(r, b)
 
-    def _in_order(self, r: Replica, b: Batch) -> bool:
+    def _in_order(self, r: ReplicaView, b: Batch) -> bool:
         """The running loop request by request, preempting when KVs are short."""
         tokens, prefill, free = b.tokens, b.prefill, b.free
         scheduled: dict[int, tuple[int, int, bool]] = {}  # request: tokens, new KVs, chunk?
@@ -208,7 +206,7 @@ class VllmV1(IterationPolicy):
             b.add_decodes(dec)
         return preempted
 
-    def _victim(self, r: Replica) -> int:
+    def _victim(self, r: ReplicaView) -> int:
         """vLLM: ``self.running.pop()``, or in priority mode the lowest priority: the
         highest (priority, arrival), here the last in the replica's waiting order (priority
         = arrival, then the request's index: vLLM's arrival times are never equal)."""
@@ -216,18 +214,18 @@ class VllmV1(IterationPolicy):
             return self.order[-1]
         return max(self.order, key=r.rank_of.__getitem__)
 
-    def _preempt(self, r: Replica, victim: int) -> None:
+    def _preempt(self, r: ReplicaView, victim: int) -> None:
         r.evict(victim)
         self.order.remove(victim)
         if not self.priority:
             self.queue.appendleft(victim)  # vLLM: waiting.prepend_request
 
-    def _head(self, r: Replica) -> int | None:
+    def _head(self, r: ReplicaView) -> int | None:
         if self.priority:
             return r.by_rank[r.waiting[0]] if r.waiting else None
         return self.queue[0] if self.queue else None
 
-    def _schedule_waiting(self, r: Replica, b: Batch) -> None:
+    def _schedule_waiting(self, r: ReplicaView, b: Batch) -> None:
         """Step 3: admissions in queue order while tokens, slots and KVs last."""
         while b.tokens > 0 and r.n_running < self.J:
             i = self._head(r)
@@ -242,13 +240,13 @@ class VllmV1(IterationPolicy):
             r.admit(i, c, c, b)
             self.order.append(i)
 
-    def steady(self, r: Replica, batch: Batch) -> Steady | None:
+    def steady(self, r: ReplicaView, batch: Batch) -> Steady | None:
         """See the module doc: a decode-only step of every running request (none in a
         prefill) admitted no one, so the queue head does not fit (free KVs only shrink), no
         slot is free, or the decodes take every token."""
         if r.prefilling:
             return None
-        if r.n_running >= self.J or len(r.stream) >= self.budget:
+        if r.n_running >= self.J or r.n_decoders() >= self.budget:
             return BLOCKED
         if self._head(r) is not None and not self.priority:
             return BLOCKED

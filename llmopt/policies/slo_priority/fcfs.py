@@ -15,35 +15,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llmopt.data.instance import Instance
-from llmopt.errors import InstanceError
+from llmopt.policies.base import ReplicaView
 from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.infermax.unified import UnifiedScheduler, refuse_oversized
-from llmopt.sim.replica import Replica
+from llmopt.policies.infermax.unified import UnifiedOnFamily
 
 HUANG_VLLM = replace(
-    SCHEDULERS["vllm"], name="huang-vllm", source="huang",
+    SCHEDULERS["vllm"], name="huang-vllm",
     description="vLLM v0.6.0's continuous batching (FCFS, prefill-first, no chunked "
     "prefill) on the bilinear predictor: Huang et al.'s baseline")
 
 
-class ContinuousFcfs(UnifiedScheduler):
+class ContinuousFcfs(UnifiedOnFamily):
     """``HUANG_VLLM`` on a bilinear profile (see the module doc)."""
 
-    first_token_from_prefill = False
-
     def __init__(self) -> None:
-        super().__init__(HUANG_VLLM)
+        super().__init__(HUANG_VLLM, "bilinear", "the bilinear predictor (Huang et al. eqs 14-16)")
 
-    def check(self, instance: Instance, replica: Replica) -> None:
-        label = instance.label()
-        if instance.profile.family != "bilinear":
-            raise InstanceError(f"{self.name} replays on the bilinear predictor (Huang et al. "
-                                "eqs 14-16)", file=label, field="model",
-                                value=instance.profile.name)
-        refuse_oversized(instance, replica, instance.input_tokens + instance.output_tokens,
-                         " (input + output)")
-        self.C = self.P = replica.C
+    def budgets(self, replica: ReplicaView) -> tuple[float, float]:
+        return replica.C, replica.C
 
-    def reservation(self, r: Replica, i: int) -> int:
+    def reservation(self, r: ReplicaView, i: int) -> int:
         return r.I[i] + r.O[i]

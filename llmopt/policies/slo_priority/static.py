@@ -22,9 +22,7 @@ from collections.abc import Sequence
 
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, SolutionFileError
-from llmopt.policies.base import IterationPolicy, Steady
-from llmopt.sim.batch import Batch
-from llmopt.sim.replica import DONE, WAITING, Replica
+from llmopt.policies.base import DONE, WAITING, Batch, IterationPolicy, ReplicaView, Steady
 
 UNTIL_A_MEMBER_FINISHES = Steady(math.inf, until_arrival=False)
 
@@ -43,7 +41,7 @@ class StaticBatches(IterationPolicy):
         self._next = 0
         self._current: list[int] = []
 
-    def check(self, instance: Instance, replica: Replica) -> None:
+    def check(self, instance: Instance, replica: ReplicaView) -> None:
         if instance.profile.family != "bilinear":
             raise InstanceError("static priority batches replay on the bilinear predictor "
                                 "(Huang et al. eqs 14-16)", file=instance.label(),
@@ -62,10 +60,10 @@ class StaticBatches(IterationPolicy):
                     f"system.kv_capacity = {replica.M:g}", field=f"{self.field}[{k}]",
                     value=[ids[i] for i in members])
 
-    def reservation(self, replica: Replica, i: int) -> int:
+    def reservation(self, replica: ReplicaView, i: int) -> int:
         return replica.I[i] + replica.O[i]
 
-    def next_batch(self, r: Replica) -> Batch | None:
+    def next_batch(self, r: ReplicaView) -> Batch | None:
         if any(r.status[i] != DONE for i in self._current):
             n = r.n_decoders()
             if not n:
@@ -80,9 +78,9 @@ class StaticBatches(IterationPolicy):
         if start > r.t:
             r.wake_at = start  # the batch waits for its requests to arrive
             return None
-        b = Batch(r.M - r._held(), math.inf, math.inf)
+        b = r.new_batch(math.inf, math.inf)
         for i in members:
-            if r.status[i] != WAITING or r.state.replica[i] != r.index:
+            if r.status[i] != WAITING or r.replica_of[i] != r.index:
                 raise SolutionFileError(
                     f"batch {self._next} names {r.instance.ids[i]}, which is not waiting on "
                     f"model instance {r.index}", field=f"{self.field}[{self._next}]")
@@ -93,7 +91,7 @@ class StaticBatches(IterationPolicy):
         self._next += 1
         return b
 
-    def steady(self, replica: Replica, batch: Batch) -> Steady | None:
+    def steady(self, replica: ReplicaView, batch: Batch) -> Steady | None:
         """The batch's members decode together until one of them finishes (the replica's own
         event); arrivals change nothing before the batch has finished."""
         return UNTIL_A_MEMBER_FINISHES

@@ -27,7 +27,7 @@ from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.errors import InstanceError
-from llmopt.problems.base import Bound
+from llmopt.problems.base import Bound, Simulation
 from llmopt.problems.infermax.csp import solve as solve_csp
 from llmopt.progress import SILENT, Progress
 
@@ -85,15 +85,18 @@ def infermax_bounds(instance: Instance) -> list[Bound]:
 
 def infermax_family_bounds(instance: Instance, time_limit_s: float | None = 60.0,
                            progress: Progress = SILENT,
-                           solver_bounds: bool = True) -> list[Bound]:
+                           solver_bounds: bool = True, *,
+                           simulation: Simulation) -> list[Bound]:
     """The work bound, and (with ``solver_bounds``, up to ``CSP_MAX_REQUESTS`` requests on one
-    replica) the CSP's proven bound within the time limit."""
+    replica) the CSP's proven bound within the time limit (``simulation`` replays its
+    heuristics and plan)."""
     bounds = infermax_bounds(instance)
     if (solver_bounds and instance.num_requests <= CSP_MAX_REQUESTS
             and instance.system.instances == 1
             and instance.system.clients >= instance.num_requests):
         progress.stage("the InferMax CSP's bound (section 5)")
-        result = solve_csp(instance, "auto", min(time_limit_s or 30.0, 30.0), progress)
+        result = solve_csp(instance, "auto", min(time_limit_s or 30.0, 30.0), progress,
+                           simulation=simulation)
         if result.bound is not None:
             bounds.append(Bound(
                 name="infermax_csp", value_ms=round(result.bound, 6),

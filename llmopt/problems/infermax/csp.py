@@ -64,9 +64,7 @@ from llmopt.backends.common import (
 from llmopt.backends.versions import version_of
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError, SolutionFileError
-from llmopt.policies.infermax import deploy_plan
-from llmopt.policies.infermax.configs import SCHEDULERS
-from llmopt.policies.replay import replay
+from llmopt.problems.base import Simulation
 from llmopt.problems.infermax import mip as infermax_mip
 from llmopt.problems.infermax.data import (
     CSPData,
@@ -76,7 +74,6 @@ from llmopt.problems.infermax.data import (
 )
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
-from llmopt.sim.cluster import simulate
 from llmopt.version import __version__
 
 if TYPE_CHECKING:
@@ -307,15 +304,14 @@ def _hint(md: CpModel, data: CSPData, plan: list[dict[str, Any]], N: int, var: d
 
 # --------------------------------------------------------------------- solve
 
-def heuristic_schedules(instance: Instance) -> list[tuple[float, str, Any]]:
-    """(makespan, policy, schedule) of every deployable and hypothetical scheduler of the
-    replay engine that respects M, best first."""
+def heuristic_schedules(instance: Instance, simulation: Simulation
+                        ) -> list[tuple[float, str, Any]]:
+    """(makespan, policy, schedule) of every policy of the replay engine that starts the CSP
+    (``PolicyInfo.incumbent_for``: those that respect M), best first."""
     out = []
-    for name, cfg in SCHEDULERS.items():
-        if cfg.unlimited_memory:
-            continue
+    for name, replayed in simulation.heuristics(instance, "infermax-csp"):
         try:
-            sched = replay(instance, name)
+            sched = replayed()
         except InstanceError:
             continue  # e.g. a prompt too long for a policy without chunked prefill
         out.append((sched.makespan_ms, name, sched))
@@ -325,11 +321,11 @@ def heuristic_schedules(instance: Instance) -> list[tuple[float, str, Any]]:
     return sorted(out, key=lambda x: x[0])
 
 
-def replay_plan(instance: Instance, plan: list[dict[str, Any]]) -> Any:
+def replay_plan(instance: Instance, plan: list[dict[str, Any]], simulation: Simulation) -> Any:
     """The schedule of a plan of batches (the model's, or a heuristic's) under the cost model;
     a plan of llmopt's own that breaks a rule is a bug."""
     try:
-        return simulate(instance, deploy_plan(instance, {"plan": plan}, "infermax-csp"))
+        return simulation.follow(instance, {"mode": "continuous", "plan": plan}, "infermax-csp")
     except SolutionFileError as exc:
         raise InternalError(f"the CSP's plan cannot be replayed: {exc}") from exc
 
@@ -348,13 +344,13 @@ def max_useful_batches(data: CSPData, upper_ms: float) -> int:
 
 def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
           progress: Progress = SILENT, bins: int | None = None,
-          workers: int | None = None) -> Result:
+          workers: int | None = None, *, simulation: Simulation) -> Result:
     """``bins`` sets N, the number of batches; ``workers`` CP-SAT's threads (default: one per
-    core)."""
+    core); ``simulation`` replays the heuristics and the plan (``llmopt.solve`` gives it)."""
     t0 = time.perf_counter()
     data = CSPData.from_instance(instance)
     progress.stage("heuristic schedules (the replay engine's schedulers)")
-    heur = heuristic_schedules(instance)
+    heur = heuristic_schedules(instance, simulation)
     best_ms, best_name, best_sched = heur[0]
     best_plan = batches_from_schedule(data.ids, best_sched)
     progress.incumbent(best_ms, None, " ms")
@@ -371,9 +367,9 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         out, bound_ms = interrupted_before_the_solver(version_of(backend),
                                                       "the model building"), None
     plan = out.solution if out.solution is not None else best_plan
-    schedule = replay_plan(instance, plan)
+    schedule = replay_plan(instance, plan, simulation)
     if schedule.makespan_ms > best_ms + 1e-6:  # never worse than the incumbent
-        plan, schedule = best_plan, replay_plan(instance, best_plan)
+        plan, schedule = best_plan, replay_plan(instance, best_plan, simulation)
     objective = schedule.makespan_ms
     notes = [f"N = {N} batches; N_max = {n_max}", f"best heuristic: {best_name}"]
     if not data.exact:
@@ -390,7 +386,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     elif proved:
         notes.append(f"{backend} proved this optimal among schedules of at most {N} batches "
                      f"(N_max = {n_max}); run with --bins {n_max} for a full proof")
-    metrics = schedule.metrics()
+    metrics = schedule.metrics(instance)  # with SLOs, their attainment too
     data_out = {
         "mode": "continuous", "clients": instance.total_clients, "batches": N,
         "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},

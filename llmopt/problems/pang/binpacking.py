@@ -35,17 +35,15 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyomo.environ as pyo
-from ortools.sat.python import cp_model
 
-from llmopt.backends import cpsat as cpsat_backend
-from llmopt.backends import highs as highs_backend
 from llmopt.backends.common import Footprint, Outcome
 from llmopt.data.cost import PangLinearProfile
 from llmopt.data.instance import Instance
 from llmopt.errors import ProfileError
+from llmopt.plugins import load
 from llmopt.problems.pang import (
     pcmax_arcflow,
     pcmax_bounds,
@@ -55,6 +53,15 @@ from llmopt.problems.pang import (
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.version import __version__
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
+    from ortools.sat.python import cp_model
+
+# HiGHS through Pyomo and CP-SAT (OR-Tools, which imports pandas), loaded when a model runs:
+# most bin packings are closed by the bounds and the searches first
+HIGHS = "llmopt.backends.highs"
+CPSAT = "llmopt.backends.cpsat"
 
 SOLVERS = ("auto", "highs", "cpsat", "heuristic")
 LNS_MIN_BINS = 6  # with fewer clients an LNS group is the whole problem: go to CP-SAT at once
@@ -267,13 +274,15 @@ def group_lns(weights: np.ndarray, bins: int, assign: np.ndarray, target: int, d
 
 def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.ndarray | None:
     """Requests (non-increasing weights) into ``k`` clients of capacity ``cap``, or None."""
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     x = [[model.new_bool_var("") for _ in range(min(k, i + 1))] for i in range(len(weights))]
     for row in x:
         model.add_exactly_one(row)
     for j in range(k):
         model.add(sum(int(weights[i]) * row[j] for i, row in enumerate(x) if j < len(row)) <= cap)
-    solver = cpsat_backend.subsolver(max(min(0.05, deadline - time.perf_counter()), 0.01), 1)
+    solver = load(f"{CPSAT}:subsolver")(max(min(0.05, deadline - time.perf_counter()), 0.01), 1)
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return np.array([next(j for j, v in enumerate(row) if solver.value(v)) for row in x])
@@ -283,6 +292,8 @@ def _pack_exactly(weights: np.ndarray, k: int, cap: int, deadline: float) -> np.
 
 def pyomo_model(bp: BinPacking) -> pyo.ConcreteModel:
     """Eqs 26–30 as written (loads in tokens; objective × t_round gives ms)."""
+    import pyomo.environ as pyo
+
     m = pyo.ConcreteModel(name="pang_binpacking_eq26_30")
     m.I = pyo.RangeSet(0, bp.n - 1)
     m.J = pyo.RangeSet(0, bp.bins - 1)
@@ -301,6 +312,8 @@ def pyomo_model(bp: BinPacking) -> pyo.ConcreteModel:
 
 def pyomo_start(m: pyo.ConcreteModel, bp: BinPacking, assign: np.ndarray) -> pyo.ComponentMap:
     """The values of every variable of :func:`pyomo_model` for ``assign`` (a warm start)."""
+    import pyomo.environ as pyo
+
     loads = bp.loads(assign)
     start = pyo.ComponentMap((m.x[i, j], float(assign[i] == j))
                              for i in range(bp.n) for j in range(bp.bins))
@@ -315,6 +328,8 @@ def cpsat_model(bp: BinPacking, *, strengthen: bool = False, hint: np.ndarray | 
     """Eqs 26–30 in CP-SAT. With ``strengthen``: request i (in non-increasing weight order) may
     only use clients 0..i (identical clients are interchangeable, so some optimum has this form),
     and the makespan is restricted to [lower, upper]."""
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     w = [int(x) for x in bp.weights]
     order = np.argsort(-bp.weights, kind="stable") if strengthen else np.arange(bp.n)
@@ -394,7 +409,7 @@ def _solve_named(bp: BinPacking, solver: str, bound: _Bound, start: np.ndarray, 
     if solver == "highs":
         progress.stage(f"HiGHS on eqs 26–30 ({bp.n} × {bp.bins} binaries)")
         model = pyomo_model(bp)
-        out = highs_backend.solve_highs(
+        out = load(f"{HIGHS}:solve_highs")(
             model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
             unit=" ms", mip_abs_gap=1 - 1e-6, warm_start=pyomo_start(model, bp, start),
             collect=lambda value: _read_pyomo_assignment(model, bp, value),
@@ -403,7 +418,7 @@ def _solve_named(bp: BinPacking, solver: str, bound: _Bound, start: np.ndarray, 
     if solver == "cpsat":
         progress.stage(f"CP-SAT on eqs 26–30 ({bp.n} × {bp.bins} booleans)")
         model, x = cpsat_model(bp, hint=start)
-        out = cpsat_backend.solve_cpsat(
+        out = load(f"{CPSAT}:solve_cpsat")(
             model, time_limit_s=_remaining(deadline), progress=progress, scale=bp.ms_per_unit,
             unit=" ms", collect=lambda value: _read_cpsat_assignment(x, value),
         )
@@ -536,7 +551,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             """The cardinality model at ``t`` (see ``settle``); it stops being tried once it
             ends undecided before its slice is over (nothing more time would change)."""
             nonlocal use_cardinality
-            engines["cpsat"] = cpsat_backend.version
+            engines["cpsat"] = load(f"{CPSAT}:version")
             progress.stage(f"cardinality CP-SAT at makespan {t} tokens")
             left = deadline - time.perf_counter()
             slice_end = time.perf_counter() + min(max(CARD_SHARE * left,
@@ -580,7 +595,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             first_round = False
             if use_arcs and deadline - time.perf_counter() > arc_build_s:
                 ran = True
-                engines["highs"] = highs_backend.version
+                engines["highs"] = load(f"{HIGHS}:version")
                 if not lp_done:
                     lp_done = True
                     progress.stage("arc-flow LP bound")
@@ -604,7 +619,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                 ran = True
                 left = deadline - time.perf_counter()
                 progress.stage(f"exact-repacking LNS (lower bound {bound.tokens} tokens)")
-                engines["cpsat"] = cpsat_backend.version
+                engines["cpsat"] = load(f"{CPSAT}:version")
                 before = ub
                 group_lns(bp.weights, bp.bins, assign, bound.tokens,
                           time.perf_counter() + LNS_SHARE * left, progress=progress,
@@ -627,11 +642,11 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
                                            f"{bound.text}")
         if not lns and not use_arcs and time.perf_counter() < deadline:
             # few clients and a graph too large: CP-SAT on the whole model for the rest
-            engines["cpsat"] = cpsat_backend.version
+            engines["cpsat"] = load(f"{CPSAT}:version")
             progress.stage(f"CP-SAT from incumbent {ub} (lower bound {bound.tokens} tokens)")
             model, x = cpsat_model(bp, strengthen=True, hint=canonical_labels(bp, assign),
                                    lower=bound.tokens, upper=ub)
-            out = cpsat_backend.solve_cpsat(
+            out = load(f"{CPSAT}:solve_cpsat")(
                 model, time_limit_s=_remaining(deadline), progress=progress,
                 scale=bp.ms_per_unit, unit=" ms",
                 collect=lambda value: _read_cpsat_assignment(x, value))

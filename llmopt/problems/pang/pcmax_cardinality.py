@@ -31,9 +31,8 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from ortools.sat.python import cp_model
 
-from llmopt.backends import cpsat as cpsat_backend
+from llmopt import plugins
 from llmopt.problems.pang.pcmax_search import Decision
 
 MAX_CELLS = 20_000  # jobs × machines above which the model is not built ("unknown")
@@ -68,6 +67,8 @@ def fits(weights: Sequence[int] | np.ndarray, machines: int, capacity: int,
     left = deadline - time.perf_counter()
     if n * machines > MAX_CELLS or left <= 0:
         return Decision("unknown", None, 0)
+    from ortools.sat.python import cp_model  # OR-Tools (and pandas): loaded when a model runs
+
     model = cp_model.CpModel()
     x = [[model.new_bool_var("") for _ in range(machines)] for _ in range(n)]
     for row in x:
@@ -91,7 +92,7 @@ def fits(weights: Sequence[int] | np.ndarray, machines: int, capacity: int,
             least = model.new_int_var(0, table[-1], "")
             model.add_element(held, table, least)
             model.add(sum(loads[:r]) >= least)
-    solver = cpsat_backend.subsolver(left, workers)
+    solver = plugins.load("llmopt.backends.cpsat:subsolver")(left, workers)
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assign = np.empty(n, dtype=np.int64)

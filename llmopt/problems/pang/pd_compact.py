@@ -19,7 +19,7 @@ CP-SAT model: bin_i ∈ {0..K−1} with one-hot b_ik; B_0 = 0 ≤ B_1 ≤ … �
 (element); intervals [s_i, s_i + N^d_i) under a cumulative of capacity J; D_end ≥ s_i + N^d_i;
 per bin Σ_i N^p_i b_ik ≤ N^cap_L (eq 6) and one level y_kl (eqs 5, 7); used bins first.
 Objective: T_d · D_end + Σ_k Σ_l T^p_l y_kl (stage model) or the replay model's weights.
-Memory (``llmopt.sim.kv``): when the system has a KV capacity M, a second cumulative keeps the KV
+Memory (``llmopt.problems.pang.kv``): with a KV capacity M, a second cumulative keeps the KV
 tokens reserved by requests in flight (N^p_i + N^d_i each, on [s_i, s_i + N^d_i)) within M.
 
 HiGHS model (same variables linearised): s_i = B_k when b_ik via ±M rows with M the largest

@@ -43,7 +43,7 @@ from llmopt.backends.common import (
 from llmopt.backends.versions import version_of
 from llmopt.data.instance import Instance
 from llmopt.errors import InternalError, OptionError
-from llmopt.policies.replay import replay
+from llmopt.problems.base import Simulation
 from llmopt.problems.pang import binpacking, pd_compact, pd_lns, pd_original
 from llmopt.problems.pang.bounds import pd_bounds
 from llmopt.problems.pang.pd_grid import best_grid_plan
@@ -61,17 +61,16 @@ from llmopt.version import __version__
 SOLVERS = ("auto", "highs", "cpsat")
 FULL_MODEL_LIMIT = 20_000
 FORMULATIONS = ("original", "compact")
-HEURISTIC_POLICIES = ("baseline", "offline", "online", "iteration", "hybrid")
-
 
 
 def heuristic_plans(instance: Instance, problem: PDProblem, model: str,
-                    grid_time_s: float = 10.0) -> list[tuple[float, Plan]]:
-    """(total under ``model``, plan) for every PD-competition policy and the best grid plan,
-    best first."""
+                    grid_time_s: float = 10.0, *, simulation: Simulation
+                    ) -> list[tuple[float, Plan]]:
+    """(total under ``model``, plan) for every PD-competition policy (those the registry lists
+    for this problem, replayed by ``simulation``) and the best grid plan, best first."""
     plans = []
-    for policy in HEURISTIC_POLICIES:
-        plan = plan_from_schedule(problem, replay(instance, policy))
+    for _, replayed in simulation.heuristics(instance, "pd-competition"):
+        plan = plan_from_schedule(problem, replayed())
         plans.append((plan.total_ms(problem, model), plan))
     grid = best_grid_plan(problem, model, grid_time_s)
     if grid is not None:
@@ -99,7 +98,10 @@ def max_useful_bins(problem: PDProblem, model: str, upper_ms: float, d_lb: int) 
 
 def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None = 60.0,
           progress: Progress = SILENT, formulation: str = "compact", bins: int | None = None,
-          literal: bool = False, time_model: str = "stage", cuts: bool = True) -> Result:
+          literal: bool = False, time_model: str = "stage", cuts: bool = True, *,
+          simulation: Simulation) -> Result:
+    """``simulation`` replays the paper's policies for the incumbent and follows the final
+    plan (``llmopt.solve`` gives it)."""
     t0 = time.perf_counter()
     limit = time_limit_s if time_limit_s is not None else math.inf
     if formulation not in FORMULATIONS:
@@ -117,7 +119,8 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                           value=time_model)
     problem = PDProblem.from_instance(instance)
     progress.stage("heuristic plans (replays of the paper's policies, grid plans)")
-    plans = heuristic_plans(instance, problem, time_model, min(10.0, 0.2 * limit))
+    plans = heuristic_plans(instance, problem, time_model, min(10.0, 0.2 * limit),
+                            simulation=simulation)
     best_total, best = plans[0]
     progress.incumbent(best_total, None, " ms")
     if bins is not None and bins < 1:
@@ -133,7 +136,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         out = interrupted_before_the_solver(version_of(backend),
                                             "the bounds or the model building")
     return _result(instance, problem, out, best_total, best, plans, K, k_max, formulation,
-                   backend, solver, time_model, literal, t0, time_limit_s)
+                   backend, solver, time_model, literal, t0, time_limit_s, simulation)
 
 
 def _solve_model(problem: PDProblem, best: Plan, best_total: float, K: int, d_lb: int,
@@ -223,7 +226,8 @@ def _pad(plan: Plan, K: int, problem: PDProblem) -> Plan:
 
 def _result(instance: Instance, problem: PDProblem, out, best_total: float, best: Plan,
             plans, K: int, k_max: int | None, formulation: str, backend: str, solver: str,
-            time_model: str, literal: bool, t0: float, time_limit_s: float | None) -> Result:
+            time_model: str, literal: bool, t0: float, time_limit_s: float | None,
+            simulation: Simulation) -> Result:
     plan = out.solution if out.solution is not None else best
     total = plan.total_ms(problem, time_model)
     if total > best_total + 1e-6:  # keep the better of the solver's plan and the incumbent
@@ -250,7 +254,7 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
                      f"stages (K_max = {k_max}); run with --bins {k_max} for a full proof")
     elif out.bound is not None and all_bins and not literal:
         bound = max(bound, out.bound)
-    replayed = replay(instance, "plan", plan=plan.to_data(problem))
+    replayed = simulation.follow(instance, plan.to_data(problem))
     if time_model == "stage":
         schedule, objective = stage_schedule(problem, plan), total
     else:
@@ -280,3 +284,15 @@ def _result(instance: Instance, problem: PDProblem, out, best_total: float, best
                   proof=proof if status == "optimal" else None, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
+
+
+def describe(result: Result) -> list[str]:
+    """What ``llmopt solve`` prints of a PD-competition result beside its status and bound:
+    the plan's size, its total under both time models, and the heuristics'."""
+    d = result.data
+    if "objective_replay_ms" not in d:
+        return []
+    return [f"{d['prefill_stages']} prefill stages, {d['decode_rounds']} decode rounds; "
+            f"stage model {d['objective_stage_model_ms']:,.1f} ms, replayed with "
+            f"batch-dependent rounds {d['objective_replay_ms']:,.1f} ms",
+            "heuristics: " + ", ".join(f"{k} {v:,.1f}" for k, v in d["heuristics"].items())]

@@ -3,7 +3,7 @@
 A window of consecutive bins is re-optimised exactly while everything else stays as it is: the
 requests of the window's bins may move to any bin of the window, every bin's decode position
 B_k may change (later bins shift with the window), all requests keep the cumulative limits (J
-clients, and the KV tokens reserved by requests in flight, ``llmopt.sim.kv``), and the
+clients, and the KV tokens reserved by requests in flight, ``llmopt.problems.pang.kv``), and the
 objective is the whole plan's total under the time model. CP-SAT starts from the current plan,
 so a window never makes the plan worse. Windows slide over the plan until the time runs out.
 """

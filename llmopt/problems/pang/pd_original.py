@@ -27,7 +27,7 @@ Conventions fixed here (docs/formulations.md has the reasoning):
   not at level 0, at least as many bins are used as any client has requests (and at least
   ceil(ΣN^p/N^cap_L)), and the decode stages last at least T_d times the bin-packing optimum in
   tokens. ``cuts=False`` solves eqs 1–25 bare.
-- Memory (llmopt's addition, ``llmopt.sim.kv``): with a KV capacity M, the requests active in a
+- Memory (llmopt's addition, ``problems.pang.kv``): with a KV capacity M, the requests active in a
   bin's decode stage reserve at most M, Σ_ij (N^p_i + N^d_i) d_ijk ≤ M for every k. A request in
   flight during prefill stage k is active in decode stage k (eqs 9–10), and the reserved total
   only falls until the next prefill stage, so this is the memory rule exactly.

@@ -30,8 +30,8 @@ from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.errors import InstanceError
 from llmopt.problems.pang.bounds import largest_prefill_level
+from llmopt.problems.pang.kv import ReservationLedger, footprint, reserved_peak
 from llmopt.schedule import ITERATION_COLUMNS, Schedule
-from llmopt.sim.kv import ReservationLedger, footprint, reserved_peak
 
 TIME_MODELS = ("stage", "replay")
 
@@ -79,7 +79,7 @@ class PDProblem:
 
     @property
     def footprint(self) -> np.ndarray:
-        """KV tokens each request reserves while in flight (``llmopt.sim.kv``)."""
+        """KV tokens each request reserves while in flight (``llmopt.problems.pang.kv``)."""
         return footprint(self.inp, self.out)
 
     def level_ms(self, tokens: int) -> float:

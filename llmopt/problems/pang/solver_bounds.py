@@ -9,7 +9,7 @@ import pyomo.environ as pyo
 from llmopt.backends.cpsat import solve_cpsat
 from llmopt.backends.highs import solve_highs
 from llmopt.data.instance import Instance
-from llmopt.problems.base import Bound
+from llmopt.problems.base import Bound, Simulation
 from llmopt.problems.pang import pd_compact, pd_competition, pd_original
 from llmopt.problems.pang.bounds import pang_bounds
 from llmopt.problems.pang.pd_plan import PDProblem
@@ -18,7 +18,8 @@ from llmopt.progress import SILENT, Progress
 
 def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
                      progress: Progress = SILENT, size_limit: int = 400_000,
-                     time_models: tuple[str, ...] = ("stage", "replay")) -> list[Bound]:
+                     time_models: tuple[str, ...] = ("stage", "replay"), *,
+                     simulation: Simulation) -> list[Bound]:
     """Bounds from the PD-competition models, valid because they use K ≥ K_max bins (no
     schedule better than the best heuristic has more prefill stages):
 
@@ -31,7 +32,8 @@ def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
     d_lb = pd_competition.decode_lower_bound(instance, time_limit_s)
     out: list[Bound] = []
     for model in time_models:
-        plans = pd_competition.heuristic_plans(instance, problem, model, 5.0)
+        plans = pd_competition.heuristic_plans(instance, problem, model, 5.0,
+                                               simulation=simulation)
         upper = plans[0][0]
         k_max = pd_competition.max_useful_bins(problem, model, upper, d_lb)
         if model == "stage" and problem.n * problem.clients * k_max <= size_limit:
@@ -67,10 +69,12 @@ def pd_solver_bounds(instance: Instance, time_limit_s: float = 30.0,
 
 
 def pang_family_bounds(instance: Instance, time_limit_s: float | None = 60.0,
-                       progress: Progress = SILENT, solver_bounds: bool = True) -> list[Bound]:
+                       progress: Progress = SILENT, solver_bounds: bool = True, *,
+                       simulation: Simulation) -> list[Bound]:
     """Every bound of the Pang family: eqs 31–32 and the replay rounds bound, and (with
     ``solver_bounds``) the LP/CP-SAT bounds of the PD-competition models on small instances."""
     bounds = pang_bounds(instance, time_limit_s, progress)
     if solver_bounds:
-        bounds += pd_solver_bounds(instance, min(time_limit_s or 30.0, 30.0), progress)
+        bounds += pd_solver_bounds(instance, min(time_limit_s or 30.0, 30.0), progress,
+                                   simulation=simulation)
     return bounds

@@ -38,7 +38,12 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from llmopt.backends import cpsat as cpsat_backend
-from llmopt.data.cost.scls import GIB, SclsProfile
+from llmopt.data.cost.scls import (
+    DEFAULT_SLICE_LENGTH,
+    GIB,
+    SclsProfile,
+    check_slice_length,
+)
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError, ProfileError
 from llmopt.progress import SILENT, Progress
@@ -46,19 +51,9 @@ from llmopt.result import Result
 from llmopt.version import __version__
 
 SOLVERS = ("dp", "cpsat", "brute")
-DEFAULT_SLICE_LENGTH = 128  # S of section 5.1
 BRUTE_MAX = 9               # Bell(9) = 21,147 partitions
 NS_PER_MS = 1_000_000       # CP-SAT costs are integers: ms rounded to the nanosecond
 OPTIMAL_RTOL = 1e-6         # objective and bound equal within 1 ppm (or the rounding slack)
-
-
-def check_slice_length(slice_length: object, *, field: str = "slice_length") -> int:
-    """S must be an integer ≥ 1 (a user error otherwise)."""
-    if isinstance(slice_length, bool) or not isinstance(slice_length, int | np.integer) \
-            or slice_length < 1:
-        raise OptionError("the slice length S must be an integer ≥ 1", field=field,
-                          value=slice_length, has_value=True)
-    return int(slice_length)
 
 
 @dataclass(frozen=True)

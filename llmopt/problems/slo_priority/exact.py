@@ -11,8 +11,9 @@ Moore–Hodgson on a relaxation, ``max_met_bound``); (2) when
 more than one k would be tried at batch > 1, T_0 (the least t of any plan, or its proven bound;
 at batch 1 the closed-form bound is T_0, Smith's rule) on at most
 MIN_T_SHARE of the time left, which replaces the closed-form T_min when larger and prunes the
-small k; (3) T_k for k = k_max downwards while k / T_min > G_inc. Each sub-solve is hinted
-with the plan found so far that is feasible for it (at least k met) of least t.
+small k; (3) T_k for k = k_max downwards while k / T_min > G_inc, over the plans not yet
+evaluated (below). Steps 1 and 2 are hinted with the plan found so far that is feasible for
+them of least t; step 3 has no feasible hint (every plan found is forbidden there).
 
 Model (one instance, requests i, batch slots j = 0..N−1, sizes s = 1..B):
 
@@ -32,18 +33,35 @@ Every plan of the problem is a solution of the model with at least its met count
 its t (its D_j, st_i exactly, N = number of requests slots suffice), and every model solution
 read back as batches is a plan whose evaluation is no worse in the model's own relaxed times.
 
-Time. Times are integers of 10^-d ms: d is the decimals of the profile's coefficients when the
-horizon (every request run alone at the largest batch, one after another) stays within
-``CLOCK_UNITS``, else fewer. Then each time is rounded down and each target up (exactly when d
-is the coefficients' decimals): the model is a relaxation (its latencies are never above the
-real ones), so its bounds hold. Every incumbent the model finds is re-evaluated exactly by
-``model.evaluate``; status ``optimal`` only when the exact G of the incumbent reaches the proven
-upper bound within a relative 1e-9.
+Time. Times are integers of 10^-d ms: d is the decimals of the profile's coefficients when
+N + 1 horizons (every request run alone at the largest batch, one after another) stay within
+``CLOCK_UNITS``, else fewer (10^-3 ms for Table 2 at 6–10 requests). Each time is rounded down
+and each target up: the model is a relaxation. A plan's model t is at most its exact t, and a
+plan with k requests meeting their SLOs has at least k met in the model; so k / (the model's
+T_k) is an upper bound on k / T_k, and an infeasible sub-solve with t ≤ ⌊k / G_inc⌋ clock
+units proves that no plan of at least k met has G > G_inc.
+
+On a rounded clock the model's T_k lies below the exact t of the plan it proves optimal (up to
+about N(N+1)/2 units), so its bound k / T_k can stay above the plan's exact G; a few µs on the
+objective t / n, but no proof (issue 30: the validator rejected such "optimal" answers). So from
+step 3 on every plan evaluated exactly (``model.evaluate``) is forbidden in the model (a clause
+on its assignment; G_inc is the best of them, so they need no further bound), and identical
+requests are kept in index order (``identical_requests``: a relabelled plan has the same n and
+t). Each sub-solve then bounds the plans not evaluated yet. When one proves an optimum whose
+bound is above G_inc·(1 + 1e-9), its plan has just been read back, evaluated and forbidden, and
+the same k is solved again (a rounding window; at most ``WINDOW_PLANS`` in all) until the
+sub-solve is infeasible (every plan that could beat G_inc on the model's relaxed account is then
+evaluated: k / T_k ≤ G_inc exactly) or its bound comes within 1e-9 of G_inc. The same holds
+for a target rounded up (a plan met in the model but not exactly) and for Dinkelbach's steps.
+``proven`` only when the bound on G is within a relative 1e-9 of the incumbent's exact G, with no
+allowance for the clock; when time or ``WINDOW_PLANS`` stops the windows, the model's bound is
+returned as it is (a valid bound, not a proof).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -69,6 +87,7 @@ MAX_MET_SHARE = 0.4  # of the time limit, at most, for the most requests meeting
 MIN_T_SHARE = 0.25   # of the time left, at most, for T_0
 T = TypeVar("T", int, float)
 PROOF_TOLERANCE = 1e-9
+WINDOW_PLANS = 1000  # at most this many sub-solves repeated for the clock's rounding
 
 
 @dataclass
@@ -82,6 +101,8 @@ class ExactOutcome:
     decimals: int                 # the model's clock: 10^-decimals ms
     exact_clock: bool             # the clock holds every time exactly
     solves: list[dict[str, object]] = field(default_factory=list)
+    forbidden: int = 0            # plans evaluated exactly, then forbidden in the model
+    windows: int = 0              # sub-solves repeated because the rounding kept G's bound open
 
 
 def _decimals(x: float) -> int:
@@ -222,6 +243,14 @@ class _Model:
             for s in range(self.data.max_batch + 1):
                 m.add_hint(self.y[j][s], size == s)
 
+    def position(self, i: int) -> cp_model.LinearExpr:
+        """Request i's batch slot (its place in the priority order, up to its batch)."""
+        return cp_model.LinearExpr.weighted_sum(self.x[i], list(range(self.n_slots)))
+
+    def exclude(self, batches: Batches) -> None:
+        """Forbid the model's solution of this plan (batch j in slot j)."""
+        self.model.add_bool_or([self.x[i][j].Not() for j, b in enumerate(batches) for i in b])
+
     def read(self, value: object) -> Batches:
         v = value  # solver.value
         batches = []
@@ -296,6 +325,12 @@ class _SingleModel(_Model):
             for p in range(data.n):
                 m.add_hint(self.x[i][p], ev.batch_of[i] == p)
             m.add_hint(self.met[i], ev.met[i])
+
+    def position(self, i: int) -> cp_model.LinearExpr:
+        return cp_model.LinearExpr.weighted_sum(self.x[i], list(range(self.n_slots)))
+
+    def exclude(self, batches: Batches) -> None:
+        self.model.add_bool_or([self.x[b[0]][p].Not() for p, b in enumerate(batches)])
 
     def read(self, value: object) -> Batches:
         v = value
@@ -387,6 +422,17 @@ class _IntervalModel(_Model):
             m.add_hint(var, where[i] == (a, s))
         for i in range(data.n):
             m.add_hint(self.met[i], ev.met[i])
+
+    def position(self, i: int) -> cp_model.LinearExpr:
+        return cp_model.LinearExpr.weighted_sum([self.v[i, a, s] for a, s in self.spans],
+                                                [a for a, _ in self.spans])
+
+    def exclude(self, batches: Batches) -> None:
+        literals, a = [], 0
+        for b in batches:
+            literals += [self.v[i, a, len(b)].Not() for i in b]
+            a += len(b)
+        self.model.add_bool_or(literals)
 
     def read(self, value: object) -> Batches:
         val = value
@@ -488,6 +534,27 @@ def _hint_for(found: list[Evaluation], k: int | None) -> Batches | None:
     return min(fit, key=lambda ev: ev.total_ms).batches if fit else None
 
 
+def identical_requests(data: SloPriorityData) -> list[list[int]]:
+    """Groups (of two or more) of requests with the same lengths and targets: their tables are
+    the same, so swapping two of them changes no plan's n or t."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i in range(data.n):
+        key = (data.input_tokens[i], data.output_tokens[i], data.ttft_slo_ms[i],
+               data.tpot_slo_ms[i], data.e2e_slo_ms[i])
+        groups.setdefault(key, []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def canonical(batches: Batches, groups: list[list[int]]) -> Batches:
+    """The same plan with each group of identical requests relabelled in index order along it
+    (the same n and t; the one the model's symmetry constraints admit)."""
+    rename: dict[int, int] = {}
+    for group in groups:
+        members = set(group)
+        rename.update(zip([i for b in batches for i in b if i in members], group, strict=True))
+    return tuple(tuple(rename.get(i, i) for i in b) for b in batches)
+
+
 def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
                 workers: int | None = None, progress: Progress = SILENT,
                 method: str = "parametric", formulation: str = "intervals") -> ExactOutcome:
@@ -509,6 +576,9 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
     found = [best]  # every plan evaluated: the hints of later sub-solves
     n = data.n
     scale = mod.scale
+    groups = identical_requests(data)
+    forbidden: set[Batches] = set()  # from step 3 on: plans evaluated, out of the model
+    excluding = False
 
     def run(kind: str, k: int | None, share: float = 1.0
             ) -> tuple[str, float | None, float | None]:
@@ -519,7 +589,10 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         if left <= 0.01:
             solves.append({"kind": kind, "k": k, "status": "not run (time)"})
             return "not_run", None, None
-        mod.hint(_hint_for(found, k) or best.batches)
+        if excluding:  # every plan found so far is forbidden: no hint is feasible
+            mod.model.clear_hints()
+        else:
+            mod.hint(_hint_for(found, k) or best.batches)
         solver = subsolver(left, workers)
         status = solver.solve(mod.model)
         name = solver.status_name(status)
@@ -529,6 +602,8 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
             plan = mod.read(solver.value)
             ev = evaluate(data, plan)
             found.append(ev)
+            if excluding:
+                forbid(plan)
             if ev.g_per_s > g_inc:
                 best, g_inc = ev, ev.g_per_s
                 progress.incumbent(1000.0 / g_inc if g_inc > 0 else None, None, " ms")
@@ -537,6 +612,23 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
         solves.append({"kind": kind, "k": k, "status": name.lower(), "objective": obj,
                        "bound": bnd, "runtime_s": round(solver.wall_time, 4)})
         return name, obj, bnd
+
+    def forbid(plan: Batches) -> None:
+        plan = canonical(plan, groups)
+        if plan not in forbidden:
+            forbidden.add(plan)
+            mod.exclude(plan)
+
+    def forbid_evaluated() -> None:
+        """From here on each sub-solve ranges over the plans not evaluated yet (identical
+        requests in index order: a plan and its relabelling have the same n and t)."""
+        nonlocal excluding
+        excluding = True
+        for group in groups:
+            for i, j in itertools.pairwise(group):
+                mod.model.add(mod.position(i) <= mod.position(j))
+        for ev in found:
+            forbid(ev.batches)
 
     # 1. the most requests that can meet their SLOs together
     k_relaxed = max_met_bound(data)
@@ -567,10 +659,24 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
     t_min_units = math.floor(t_min_ms * scale)
     mod.model.clear_objective()
     mod.model.minimize(mod.total)
-    contributions: list[float] = []
+    contributions: list[float] = []  # upper bounds on G of the plans not evaluated
+    windows = 0  # sub-solves repeated because the clock's rounding kept the bound open
+    again = False
+
+    def rounding_window(g_bound: float) -> bool:
+        """Whether to solve again after a proven optimum whose bound on G is above G_inc
+        (the rounded clock, or a target rounded up): the plan it returned is forbidden now,
+        so the next solve ranges over the rest."""
+        nonlocal windows
+        if g_bound <= g_inc * (1 + PROOF_TOLERANCE) or windows >= WINDOW_PLANS:
+            return False
+        windows += 1
+        return True
+
     if method == "dinkelbach" and k_max >= 1 and best.n_met >= 1:
         # 3'. Dinkelbach: max n·T − N·t with G_inc = N / T; a plan of G > G_inc has a
         # positive value; when none does, G_inc is optimal
+        forbid_evaluated()
         mod.set_domain(mod.count, 0, k_max)
         while True:
             count, t_units = best.n_met, math.ceil(best.total_ms * scale)
@@ -578,13 +684,17 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
             progress.stage(f"CP-SAT: Dinkelbach step at G = {g_inc:.6g} requests/s")
             mod.model.clear_objective()
             mod.model.maximize(mod.count * t_units - count * mod.total)
-            status, obj, bnd = run("dinkelbach", count)
+            status, obj, bnd = run("rounding window" if again else "dinkelbach", count)
             if g_inc > g_before * (1 + PROOF_TOLERANCE):
+                again = False
                 continue
             if bnd is None:
                 contributions.append(g_per_s(k_max, t_min_ms))
             else:  # every plan: n·T − N·t ≤ bnd, so n / t ≤ N / T + bnd / (T · T_min)
                 per_unit = count / t_units + max(bnd, 0.0) / (t_units * max(t_min_units, 1))
+                again = status == "OPTIMAL" and rounding_window(per_unit * scale * 1000.0)
+                if again:
+                    continue
                 contributions.append(per_unit * scale * 1000.0)
             break
         k = 0
@@ -598,16 +708,21 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
             if least is not None:
                 t_min_ms = max(t_min_ms, least / scale)
                 t_min_units = max(t_min_units, math.floor(least))
+        forbid_evaluated()
     # 3. for each k (from the top) that could beat the incumbent: T_k
     while k >= 1 and g_per_s(k, t_min_ms) > g_inc:
         progress.stage(f"CP-SAT: least total latency with at least {k} requests meeting "
-                       "their SLOs")
+                       "their SLOs" + (", the last plan forbidden (rounding window)" if again
+                                       else ""))
         mod.set_domain(mod.count, k, n)
         t_hi = mod.total_hi
         if g_inc > 0:  # only plans of G > G_inc matter: t < k / G_inc
             t_hi = min(t_hi, math.floor(k * 1000.0 / g_inc * scale))
         mod.set_domain(mod.total, 0, t_hi)
-        status, obj, bnd = run("min t given k", k)
+        status, obj, bnd = run("rounding window" if again else "min t given k", k)
+        again = status == "OPTIMAL" and rounding_window(g_per_s(k, (obj or 0) / scale))
+        if again:
+            continue
         if status == "OPTIMAL":
             contributions.append(g_per_s(k, (obj or 0) / scale))
         elif status == "INFEASIBLE":
@@ -622,9 +737,6 @@ def solve_exact(data: SloPriorityData, incumbent: Batches, time_limit_s: float,
     mod.set_domain(mod.count, 0, n)
     mod.set_domain(mod.total, 0, mod.total_hi)
     bound = max([g_inc, *contributions])
-    # with a rounded clock the model's t is below the real one by at most this much
-    slack_ms = 0.0 if exact_clock else (n * (mod.n_slots + 1)) / scale
-    tolerance = PROOF_TOLERANCE + (slack_ms / best.total_ms if best.total_ms > 0 else 0.0)
-    proven = bound <= g_inc * (1 + tolerance)
+    proven = bound <= g_inc * (1 + PROOF_TOLERANCE)
     return ExactOutcome(best.batches, best.n_met, best.total_ms, g_inc, bound, proven,
-                        decimals, exact_clock, solves)
+                        decimals, exact_clock, solves, len(forbidden), windows)

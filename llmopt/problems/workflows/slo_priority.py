@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmopt.data.instance import Instance
-from llmopt.policies.slo_priority import deploy_cluster_plan, deploy_plan
+from llmopt.policies.slo_priority.deploy import deploy_cluster_plan, deploy_plan
 from llmopt.problems.slo_priority.cluster import ClusterPlan
 from llmopt.problems.slo_priority.model import g_per_s
 from llmopt.result import Result

@@ -1,0 +1,43 @@
+"""Nothing heavy at import time (issue 31): listing the commands imports no solver, engine,
+table or plotting library, and a command loads what it uses when it runs. Timings are
+bench/cli_startup.py's; here, which modules each step imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from llmopt.cli import COMMANDS, help_text, loaded
+
+HEAVY = ("pandas", "pyarrow", "pyomo", "ortools", "highspy", "matplotlib", "dask", "scipy")
+
+
+def imported_after(code: str) -> list[str]:
+    """The heavy libraries a fresh interpreter has imported after running ``code``."""
+    probe = (f"{code}\nimport sys\n"
+             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    return out.stderr.split()
+
+
+def test_the_command_line_and_its_help_import_nothing_heavy():
+    assert imported_after("import llmopt.cli") == []
+    assert imported_after("import llmopt, llmopt.policies.registry, "
+                          "llmopt.problems.registry") == []
+    code = ("import sys\nfrom llmopt.cli import main\nsys.argv = ['llmopt', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass")
+    assert imported_after(code) == []
+
+
+def test_list_imports_no_solver_or_table_library():
+    code = ("import sys\nfrom llmopt.cli import main\nsys.argv = ['llmopt', 'list']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass")
+    assert imported_after(code) == []
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_command_listed_unloaded_shows_its_own_help(name):
+    assert help_text(name) == loaded(name).help
