@@ -108,6 +108,12 @@ class System(_Strict):
     max_batch_tokens: TokenCount | None = None
     max_prefill_tokens: TokenCount | None = None
     instances: Annotated[StrictInt, Field(ge=1, le=MAX_INSTANCES)] = 1
+    #: automatic prefix caching (vLLM V1's): KV memory in blocks of ``block_size`` tokens, a
+    #: request's prefill skipping the longest cached prefix of its prompt (``llmopt.sim``)
+    prefix_caching: bool = False
+    #: KV block (tokens) of the prefix cache; default the profile's (``kv.block_size``), else
+    #: vLLM's 16 (``llmopt.data.limits.block_size``)
+    block_size: TokenCount | None = None
 
 
 class SolveDefaults(_Strict):
@@ -306,7 +312,7 @@ class Instance:
         return sha256_of({
             "name": self.name,
             "profile": self.profile.model_dump(mode="json"),
-            "system": self.system.model_dump(mode="json"),
+            "system": _system_dump(self.system),
             "requests": [r.model_dump(mode="json", exclude_none=True) for r in self.requests],
         })
 
@@ -317,6 +323,19 @@ class Instance:
         system = self.system.model_copy(update=changes)
         return Instance(self.name, self.profile, system, self.requests, self.solve, self.path,
                         self.description)
+
+
+CACHE_DEFAULTS = {"prefix_caching": False, "block_size": None}
+
+
+def _system_dump(system: System) -> dict[str, Any]:
+    """The system's canonical dump: the prefix-cache fields only when set, so that the
+    instances written before them keep their hash."""
+    dump = system.model_dump(mode="json")
+    for key, default in CACHE_DEFAULTS.items():
+        if dump.get(key) == default:
+            del dump[key]
+    return dump
 
 
 def load_instance(path: str | Path) -> Instance:
