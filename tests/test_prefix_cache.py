@@ -135,10 +135,11 @@ def test_shared_blocks_count_once():
 
 
 def test_an_evicted_request_hits_its_own_blocks_again():
-    inst = twins(True, kv=1000).with_requests(tuple(
-        r.model_copy(update={"hash_ids": tuple(range(k * 100, k * 100 + 50)),
-                             "arrival_ms": 0.0})
-        for k, r in enumerate(twins(True).requests)))  # two different prompts
+    # two different 496-token prompts fit 1200 KVs side by side, their 400 decodes do not
+    inst = twins(True, kv=1200).with_requests(tuple(
+        r.model_copy(update={"hash_ids": tuple(range(k * 100, k * 100 + 31)),
+                             "input_tokens": 496, "output_tokens": 400, "arrival_ms": 0.0})
+        for k, r in enumerate(twins(True).requests)))
     _, schedule = validated(inst, "vllm-v1")
     req = schedule.requests
     evicted = req[req["evictions"] > 0]
