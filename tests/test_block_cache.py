@@ -118,7 +118,7 @@ def test_block_cache_matches_the_slot_model(seed: int) -> None:
             assert not cache.allocate(cache.free + 1)
             assert model.allocate(len(model.queue) + 1) is None
         assert cache.free == len(model.queue)
-        assert [k for k in cache.queue if k >= 0] == model.cached_in_order()
+        assert list(cache.cached_in_order()) == model.cached_in_order()
         assert cache.used + cache.free == capacity
 
 

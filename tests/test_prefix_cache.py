@@ -258,7 +258,7 @@ def test_validator_rejects_a_tampered_hit():
 
 def test_validator_rejects_a_wrong_hit_rate_and_hits_without_a_cache():
     inst = sessions(kv=20000)
-    sol, seg = _solution(inst)
+    sol, _ = _solution(inst)
     wrong = {**sol, "metrics": {**sol["metrics"], "prefix_hit_rate_tokens":
                                 sol["metrics"]["prefix_hit_rate_tokens"] + 0.01}}
     assert any("prefix_hit_rate_tokens" in r for r in validate_solution(inst, wrong))

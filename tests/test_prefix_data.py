@@ -167,3 +167,16 @@ def test_instances_without_hashes_keep_their_content_hash() -> None:
     """An instance whose requests carry no hash ids dumps as before (no new keys)."""
     inst = load_instance(TOY / "slo-chat.yaml")
     assert all("hash_ids" not in r.model_dump(exclude_none=True) for r in inst.requests)
+
+
+def test_keys_of_different_hash_block_sizes_never_collide() -> None:
+    # node 2 of 16-token hash blocks and node 1 of 32-token ones once both gave key 47
+    inst = _instance([
+        {"id": "a", "input_tokens": 64, "output_tokens": 2, "hash_ids": [1, 2, 3, 4],
+         "hash_block_tokens": 16},
+        {"id": "b", "input_tokens": 64, "output_tokens": 2, "hash_ids": [9, 8],
+         "hash_block_tokens": 32}])
+    index = PrefixIndex(inst.requests, 16)
+    b = index.keys(1).tolist()  # b's chain first: nodes 0, 1; then a's: 2 .. 5
+    a = index.keys(0).tolist()
+    assert len(a) == len(b) == 4 and not set(a) & set(b)

@@ -42,6 +42,9 @@ class PrefixIndex:
         self.requests = requests
         self._trie: dict[tuple[int, int, int], int] = {}  # (hash tokens, parent, id) -> node
         self._chains: list[np.ndarray | None] = [None] * len(requests)
+        # keys are node · scale + offset: one scale for every hash block size, so that blocks
+        # of prompts hashed in different block sizes never share a key
+        self._scale = max((r.hash_block_tokens or 1 for r in requests), default=1)
 
     def chain(self, i: int) -> np.ndarray:
         """The trie node of each hash block of request ``i``'s prompt (empty without ids)."""
@@ -65,14 +68,20 @@ class PrefixIndex:
 
     def keys(self, i: int) -> np.ndarray:
         """The keys of request ``i``'s full prompt blocks that its ids describe, in order:
-        ``node · H + offset`` of each block's last token (H = its hash block tokens)."""
+        ``node · scale + offset`` of each block's last token (its offset in its hash block; the
+        scale is the largest hash block size of the requests)."""
         chain = self.chain(i)
         if not len(chain):
             return chain
         hash_tokens = self.requests[i].hash_block_tokens or 1
+        B = self.block_size
+        if hash_tokens % B == 0:  # every hash block holds whole KV blocks: in one broadcast
+            offsets = np.arange(B - 1, hash_tokens, B, dtype=np.int64)
+            grid = chain[:, None] * self._scale + offsets[None, :]
+            return grid.ravel()[:self.covered_tokens(i) // B]
         last = np.arange(self.block_size, self.covered_tokens(i) + 1,
                          self.block_size, dtype=np.int64) - 1
-        return chain[last // hash_tokens] * hash_tokens + last % hash_tokens
+        return chain[last // hash_tokens] * self._scale + last % hash_tokens
 
     def cacheable_blocks(self, i: int) -> int:
         """Full prompt blocks of request ``i`` that a cache hit may cover: those its ids

@@ -87,8 +87,7 @@ class PrefixReplica(Replica):
             return probe[2], probe[3]
         keys = self.keys_of(i)
         limit = min(len(keys), (self.S[i] - 1) // self.B)
-        hit = self.cache.hits(keys, limit) if limit > 0 else 0
-        cached = self.cache.cached_among(keys[:hit]) if hit else 0
+        hit, cached = self.cache.lookup(keys, limit) if limit > 0 else (0, 0)
         self._probe = (i, self._version, hit, cached)
         return hit, cached
 
@@ -120,8 +119,8 @@ class PrefixReplica(Replica):
     def held_by(self, i: int) -> int:
         """Memory evicting running request ``i`` frees: its unkeyed blocks and the keyed
         ones no other running request holds."""
-        owned, held = self._owned[i], self.cache.held
-        alone = sum(1 for k in owned if held[k] == 1)
+        owned = self._owned[i]
+        alone = self.cache.held_alone(owned)
         return (self._blocks(i) - len(owned) + alone) * self.B
 
     def _held(self) -> float:
