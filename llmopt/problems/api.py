@@ -17,10 +17,11 @@ from llmopt.errors import InstanceError, OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.problems.base import Bound
 from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo, bounded_families
-from llmopt.problems.workflows.simulation import ENGINE
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 
+# the replay engine solvers may be given, loaded when one takes it (it imports the simulation)
+ENGINE = "llmopt.problems.workflows.simulation:ENGINE"
 DEFAULT_PROBLEM = "binpacking"
 DEFAULT_TIME_LIMIT_S = 60.0
 # problems whose solve() answers a time limit of 0 with its heuristic and bound at once
@@ -77,7 +78,7 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
     logging.getLogger("pyomo.contrib.solver").setLevel(logging.ERROR)
     run = load(info.solve)
     if "simulation" in inspect.signature(run).parameters:
-        given["simulation"] = ENGINE
+        given["simulation"] = load(ENGINE)
     try:
         result: Result = run(instance, solver=solver, time_limit_s=time_limit_s,
                              progress=progress, **given)
@@ -94,7 +95,8 @@ def bounds(instance: Instance, time_limit_s: float | None = None, progress: Prog
     if not (math.isfinite(limit) and limit > 0):
         raise OptionError("must be positive and finite", field="--time-limit", value=limit)
     found: list[Bound] = load(family_of(instance).bounds)(instance, limit, progress,
-                                                          solver_bounds, simulation=ENGINE)
+                                                          solver_bounds,
+                                                          simulation=load(ENGINE))
     return found
 
 

@@ -13,7 +13,6 @@ matplotlib.use("Agg", force=False)
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import (
     FuncFormatter,
@@ -26,8 +25,8 @@ from matplotlib.ticker import (
 from llmopt.data.instance import Instance
 from llmopt.data.limits import resolve_limits
 from llmopt.files import write_atomic
+from llmopt.plugins import load
 from llmopt.report.units import time_unit
-from llmopt.schedule.metrics import request_latencies
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -304,8 +303,10 @@ def _missed_slo(instance: Instance, requests) -> set[str]:
     if not instance.has_slos or not len(requests):
         return set()
     # the request times alone (the chart's schedule may have no segments: no queueing delays)
-    times = SimpleNamespace(requests=requests, queueing_delays=lambda: pd.Series(dtype=float))
-    latencies = request_latencies(times, instance)
+    times = SimpleNamespace(requests=requests,
+                            queueing_delays=lambda: requests["arrival_ms"].iloc[:0])
+    # the latencies' table (pandas), loaded when a chart has SLOs to mark
+    latencies = load("llmopt.schedule.metrics:request_latencies")(times, instance)
     return set(latencies.loc[~latencies["slo_met"], "request"])
 
 

@@ -50,6 +50,13 @@ class Clock:
         self._next += 1
         return i
 
+    def take_all_arrivals(self) -> list[int]:
+        """Every request still to arrive, in arrival order, taken off the clock at once (for
+        a loop that interleaves them with events of its own, as one replica does)."""
+        rest = self._arrivals[self._next:]
+        self._next = len(self._arrivals)
+        return rest
+
     def _arrival_first(self) -> bool:
         if self._next >= len(self._arrivals):
             return False

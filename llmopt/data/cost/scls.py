@@ -48,9 +48,9 @@ Times in ms, sizes in tokens, memory in GiB (2^30 bytes) and Δ in bytes per tok
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Annotated, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from llmopt.data.cost.base import (
@@ -72,7 +72,7 @@ Gib = Annotated[float, Field(ge=0, le=1e6)]
 
 def check_slice_length(slice_length: object, *, field: str = "slice_length") -> int:
     """S must be an integer ≥ 1 (a user error otherwise)."""
-    if isinstance(slice_length, bool) or not isinstance(slice_length, int | np.integer) \
+    if isinstance(slice_length, bool) or not isinstance(slice_length, numbers.Integral) \
             or slice_length < 1:
         raise OptionError("the slice length S must be an integer ≥ 1", field=field,
                           value=slice_length, has_value=True)
