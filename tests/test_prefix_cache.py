@@ -274,3 +274,106 @@ def test_validator_counts_shared_blocks_once_and_no_more():
     small = inst.with_system(kv_capacity=900)
     reasons = validate_solution(small, {**sol, "instance_sha256": small.sha256})
     assert any("KV blocks held" in r for r in reasons), reasons
+
+
+def conversations(replicas: int = 4):
+    """Three conversations of four turns, each turn's prompt the conversation so far: dealt
+    in turn to four replicas, no turn lands where the one before ran."""
+    requests = []
+    for t in range(4):
+        for s in range(3):
+            prompt = 1024 + 512 * t
+            requests.append({"id": f"s{s}t{t}", "input_tokens": prompt, "output_tokens": 50,
+                             "arrival_ms": 5000.0 * t + 10.0 * s, "hash_block_tokens": 16,
+                             "hash_ids": [s * 1000 + j for j in range(prompt // 16)]})
+    return instance_from_mapping({
+        "name": "conversations", "model": PROFILE,
+        "system": {"clients": 8, "kv_capacity": 40000, "max_batch_tokens": 4096,
+                   "prefix_caching": True, "instances": replicas},
+        "requests": requests})
+
+
+def test_prefix_affinity_beats_round_robin_by_construction():
+    inst = conversations()
+    rr = validated(inst, "vllm-v1", router="round-robin")[1]
+    pa = validated(inst, "vllm-v1", router="prefix-affinity")[1]
+    assert rr.metrics()["prefill_tokens_saved"] == 0
+    # every later turn finds its conversation so far: 1024 + 512 (t − 1) + ... tokens
+    assert pa.metrics()["prefill_tokens_saved"] == 3 * sum(1024 + 512 * t for t in range(3))
+    assert pa.metrics()["ttft_mean_ms"] < rr.metrics()["ttft_mean_ms"]
+    placed = pa.requests.set_index(pa.requests["request"].astype(str))["instance"]
+    for s in range(3):
+        assert len({placed[f"s{s}t{t}"] for t in range(4)}) == 1
+
+
+def test_prefix_affinity_load_guard_sends_to_the_least_loaded():
+    from llmopt.policies.routing import PrefixAffinity
+
+    class View:
+        def __init__(self, load, hit):
+            self.outstanding_tokens, self.hit, self.I = load, hit, [1000]
+
+        def prefix_hit(self, i):
+            return self.hit
+
+    router = PrefixAffinity()
+    # affine replica 1 (hit 800) with 3000 outstanding tokens vs 900 on replica 0: 3000 >
+    # 2 × 900 + 1000, so the least loaded takes it; at 2800 it stays affine
+    assert router.route(0, 0.0, [View(900, 0), View(3000, 800)]) == 0
+    assert router.route(0, 0.0, [View(900, 0), View(2800, 800)]) == 1
+    # without hits anywhere: the least loaded
+    assert router.route(0, 0.0, [View(900, 0), View(100, 0)]) == 1
+
+
+# ----------------------------------------------------------------------------- bounds
+
+def test_the_cache_aware_work_bound_holds_and_the_plain_one_does_not():
+    from llmopt.problems.api import bounds
+
+    broken = 0
+    for inst in (sessions(kv=20000), sessions(kv=6000, replicas=4), twins(True),
+                 conversations(replicas=1)):
+        found = {b.name: b for b in bounds(inst, 5)}
+        cached, plain = found["infermax_work_cached"], found["infermax_work"]
+        assert cached.holds_with_prefix_cache and not plain.holds_with_prefix_cache
+        assert "infermax_csp" not in found  # the CSP models no cache
+        for policy in ("vllm-v1", "sarathi"):
+            for router in ((None, "prefix-affinity") if inst.system.instances > 1 else (None,)):
+                makespan = validated(inst, policy, router=router)[1].makespan_ms
+                assert cached.value_ms <= makespan + 1e-6
+                broken += plain.value_ms > makespan + 1e-6
+    assert broken  # a cached replay beats the bound that computes every prompt token
+
+
+def test_compare_measures_cached_replays_against_the_cache_aware_bound_only():
+    from llmopt.problems.workflows.compare import compare
+    from llmopt.report.compare import comparison_markdown
+
+    inst = sessions(kv=20000)
+    comparison = compare(inst, ["vllm-v1", "sarathi"], optimize=False)
+    assert comparison.best_bound.name == "infermax_work_cached"
+    assert (comparison.table["gap_to_bound"] >= 0).all()
+    assert "not with a prefix cache" in comparison_markdown(comparison)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_attention_spared_is_the_brute_force_maximum(seed):
+    import itertools
+
+    from llmopt.problems.infermax.bounds import _most_attention_spared
+
+    rng = np.random.default_rng(seed)
+    reach = rng.integers(0, 4, int(rng.integers(1, 5)))
+    budget = int(rng.integers(0, reach.sum() + 2))
+    best = max(sum(16 * 16 * (2 * r * t - t * t) for r, t in zip(reach, ts, strict=True))
+               for ts in itertools.product(*(range(r + 1) for r in reach))
+               if sum(ts) <= budget)
+    assert _most_attention_spared(reach, 16, budget) == best
+
+
+def test_the_slo_ceiling_refuses_a_prefix_cache():
+    from llmopt.problems.slo_ceiling.ceiling import attainment_ceiling
+
+    inst = load_instance(TOY / "slo-mooncake-sample.yaml").with_system(prefix_caching=True)
+    with pytest.raises(InstanceError, match="prefix cache"):
+        attainment_ceiling(inst, time_limit_s=5)

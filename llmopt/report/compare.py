@@ -63,7 +63,10 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines.append(f"| lower bound | {total} | valid under |")
     lines.append("|---|---|---|")
     for b in comparison.bounds:
-        lines.append(f"| {b.name} | {fmt_time(b.value_ms, unit)} | {b.valid_under} |")
+        valid = b.valid_under
+        if comparison.prefix_caching and not b.holds_with_prefix_cache:
+            valid += " — not with a prefix cache: no gap of these replays"
+        lines.append(f"| {b.name} | {fmt_time(b.value_ms, unit)} | {valid} |")
     best = comparison.best_bound
     if best is not None:
         lines.append(f"| **best for the replays ({comparison.time_model} model)** | "

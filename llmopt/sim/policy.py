@@ -51,11 +51,12 @@ class Steady(NamedTuple):
 
 
 class RouterView(Protocol):
-    """What a router may read of a replica."""
+    """What a router may read of a replica (``I``: every request's prompt tokens)."""
 
     index: int
     t: float
     n_running: int
+    I: list[int]  # noqa: E741
 
     @property
     def waiting_count(self) -> int: ...
@@ -89,7 +90,6 @@ class ReplicaView(RouterView, Protocol):
     # (memory then comes in block multiples: free_kv, decode needs, chunk_kv, admission_kv)
     kv_unit: int
     # per request (see the module doc)
-    I: list[int]  # noqa: E741
     O: list[int]  # noqa: E741
     arr: list[float]
     S: list[int]

@@ -33,7 +33,7 @@ from llmopt.policies.slice.ils import section5_metrics
 from llmopt.policies.slice.replay import ladder_table
 from llmopt.problems.api import bounds as family_bounds
 from llmopt.problems.api import family_of, solve
-from llmopt.problems.base import Bound
+from llmopt.problems.base import Bound, gap_bounds
 from llmopt.problems.slo_priority.model import SloPriorityData
 from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
 from llmopt.problems.workflows.slo_priority import replay_plan, replayed_g
@@ -79,9 +79,12 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     attainment_bound: AttainmentBound | None = None
 
+    prefix_caching: bool = False  # the replays cache prefixes: only bounds holding so count
+
     @property
     def best_bound(self) -> Bound | None:
-        valid = [b for b in self.bounds if b.time_model == self.time_model]
+        valid = [b for b in self.bounds if b.time_model == self.time_model
+                 and (b.holds_with_prefix_cache or not self.prefix_caching)]
         return max(valid, key=lambda b: b.value_ms) if valid else None
 
 
@@ -110,7 +113,10 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     elif optimize:
         notes.append(f"{family.exact} not solved: {instance.num_requests} requests, more "
                      f"than the {family.exact_max_requests} it is run on")
-    valid = [b.value_ms for b in bounds if b.time_model == family.replay_time_model]
+    valid = [b.value_ms for b in gap_bounds(bounds, family.replay_time_model, instance)]
+    if instance.system.prefix_caching:
+        notes.append("the replays cache prefixes (system.prefix_caching): only the bounds that "
+                     "hold with a prefix cache measure their gaps")
     exact = results.get(family.exact)
     if exact is not None and exact.bound is not None:
         valid.append(exact.bound)
@@ -130,13 +136,17 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
         if optimize and instance.has_slos else None
     return Comparison(pd.DataFrame(rows), bounds, results, family.replay_time_model, notes,
-                      attainment)
+                      attainment, instance.system.prefix_caching)
 
 
 def _attainment_bound(instance: Instance, time_limit_s: float, progress: Progress,
                       notes: list[str]) -> AttainmentBound | None:
     """The exact upper bound on SLO attainment, on instances small enough for it."""
     most = load(f"{ATTAINMENT_MODULE}:MAX_ATTAINMENT_REQUESTS")
+    if instance.system.prefix_caching:
+        notes.append("attainment bound not computed: its model computes every prompt token "
+                     "(no prefix cache)")
+        return None
     if instance.profile.family != "infermax" or instance.system.instances != 1 or \
             instance.num_requests > most:
         notes.append(f"attainment bound not computed: it is exact for one infermax model "
