@@ -377,3 +377,15 @@ def test_the_slo_ceiling_refuses_a_prefix_cache():
     inst = load_instance(TOY / "slo-mooncake-sample.yaml").with_system(prefix_caching=True)
     with pytest.raises(InstanceError, match="prefix cache"):
         attainment_ceiling(inst, time_limit_s=5)
+
+
+def test_the_router_sweep_file_reads():
+    from conftest import ROOT
+    from llmopt.sweep.spec import load_sweep
+
+    sweep = load_sweep(ROOT / "instances" / "sweeps" / "prefix-routing.yaml")
+    assert len(sweep.cells) == 2 * 3 * 2
+    assert {c.params["router"] for c in sweep.cells} == {"round-robin",
+                                                       "least-outstanding-tokens",
+                                                       "prefix-affinity"}
+    assert "prefix_hit_rate_tokens" in sweep.metrics

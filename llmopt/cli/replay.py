@@ -20,6 +20,7 @@ from llmopt.cli.common import (
     metrics_table,
     out,
     policy_help,
+    prefix_table,
     print_table,
     progress,
     router_help,
@@ -120,6 +121,9 @@ offline, online, hybrid; InferMax: every scheduler)."""
         print_table(metrics_table(rows))
         for table in latency_tables(rows):
             print_table(table)
+        cache_table = prefix_table(rows)
+        if cache_table is not None:
+            print_table(cache_table)
     if slice_rows:
         print_table(slice_metrics_table(slice_rows))
     for path in written:

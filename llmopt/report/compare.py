@@ -41,6 +41,8 @@ def comparison_markdown(comparison: Comparison) -> str:
     goodput = bool(slo_cols) and "goodput_rps" in comparison.table \
         and comparison.table["goodput_rps"].notna().any()
     cols += ["goodput (req/s)"] if goodput else []
+    cached = "prefix_hit_rate_tokens" in t and t["prefix_hit_rate_tokens"].notna().any()
+    cols += ["prefix hit (tokens)", "preemptions"] if cached else []
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
     for k, row in enumerate(t.itertuples(index=False)):
@@ -49,6 +51,9 @@ def comparison_markdown(comparison: Comparison) -> str:
                          for c in slo_cols)
         if goodput:
             shares += (" — |" if pd.isna(row.goodput_rps) else f" {row.goodput_rps:.2f} |")
+        if cached:
+            shares += (" — |" if pd.isna(row.prefix_hit_rate_tokens)
+                       else f" {row.prefix_hit_rate_tokens:.1%} |") + f" {row.evictions:,} |"
         lines.append(f"| {row.schedule} | {totals[k]} | {row.utilization:.2%} | "
                      f"{row.tokens_per_s:.1f} | {ttfts[k]} | {tpots[k]} | {e2es[k]} | "
                      f"{gap} |{shares}")

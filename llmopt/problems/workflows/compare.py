@@ -41,7 +41,7 @@ from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.schedule import Schedule
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
-from llmopt.schedule.schedule import LATENCY_METRICS
+from llmopt.schedule.schedule import LATENCY_METRICS, PREFIX_METRICS
 
 if TYPE_CHECKING:
     from llmopt.problems.infermax.attainment import AttainmentBound
@@ -132,6 +132,8 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
             "gap_to_bound": (m["makespan_ms"] - best) / m["makespan_ms"] if best else None,
             **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
             **{k: m.get(k) for k in LATENCY_METRICS},
+            **({k: m.get(k) for k in (*PREFIX_METRICS, "evictions")}
+               if instance.system.prefix_caching else {}),
         })
     attainment = _attainment_bound(instance, time_limit_s, progress, notes) \
         if optimize and instance.has_slos else None
