@@ -10,8 +10,11 @@ without ids, share nothing.
 The KV cache of a replica (vLLM's automatic prefix caching) keeps blocks of B tokens (the
 system's ``block_size``): a full block of a prompt is identified by its *key*, the chain node of
 the hash block holding its last token and that token's offset in it; equal keys mean equal
-tokens from the prompt's start to the block's end. ``PrefixIndex`` gives every request the keys
-of its full prompt blocks, exactly (a trie of the id chains, no hashing collisions).
+tokens from the prompt's start to the block's end. Keys are small integers, node · G + offset
+// B with G = ⌈H / B⌉ (the most KV blocks ending in one hash block, over the requests' H): a
+node sits at one depth of the trie, so its blocks' offsets differ by B, and so do their keys.
+``PrefixIndex`` gives every request the keys of its full prompt blocks, exactly (a trie of the
+id chains, no hashing collisions).
 
 ``ideal_reuse`` is the reuse a single replica with unlimited memory could get at best, counted
 from the ids alone, independently of any simulation: each request, in arrival order, finds cached
@@ -42,9 +45,10 @@ class PrefixIndex:
         self.requests = requests
         self._trie: dict[tuple[int, int, int], int] = {}  # (hash tokens, parent, id) -> node
         self._chains: list[np.ndarray | None] = [None] * len(requests)
-        # keys are node · scale + offset: one scale for every hash block size, so that blocks
-        # of prompts hashed in different block sizes never share a key
-        self._scale = max((r.hash_block_tokens or 1 for r in requests), default=1)
+        # keys are node · G + offset // B: one G for every hash block size, so that blocks of
+        # prompts hashed in different block sizes never share a key
+        largest = max((r.hash_block_tokens or 1 for r in requests), default=1)
+        self._per_node = -(-largest // block_size) + 1
 
     def chain(self, i: int) -> np.ndarray:
         """The trie node of each hash block of request ``i``'s prompt (empty without ids)."""
@@ -68,20 +72,20 @@ class PrefixIndex:
 
     def keys(self, i: int) -> np.ndarray:
         """The keys of request ``i``'s full prompt blocks that its ids describe, in order:
-        ``node · scale + offset`` of each block's last token (its offset in its hash block; the
-        scale is the largest hash block size of the requests)."""
+        ``node · G + offset // B`` of each block's last token (its offset in its hash block; see
+        the module doc)."""
         chain = self.chain(i)
         if not len(chain):
             return chain
         hash_tokens = self.requests[i].hash_block_tokens or 1
         B = self.block_size
         if hash_tokens % B == 0:  # every hash block holds whole KV blocks: in one broadcast
-            offsets = np.arange(B - 1, hash_tokens, B, dtype=np.int64)
-            grid = chain[:, None] * self._scale + offsets[None, :]
+            offsets = np.arange(hash_tokens // B, dtype=np.int64)  # (k·B + B − 1) // B
+            grid = chain[:, None] * self._per_node + offsets[None, :]
             return grid.ravel()[:self.covered_tokens(i) // B]
         last = np.arange(self.block_size, self.covered_tokens(i) + 1,
                          self.block_size, dtype=np.int64) - 1
-        return chain[last // hash_tokens] * self._scale + last % hash_tokens
+        return chain[last // hash_tokens] * self._per_node + last % hash_tokens // B
 
     def cacheable_blocks(self, i: int) -> int:
         """Full prompt blocks of request ``i`` that a cache hit may cover: those its ids

@@ -19,23 +19,23 @@ held. A block taken back by a hit leaves the queue wherever it is. Only the bloc
 computes itself are keyed, when their last token is computed; a key already present leaves the
 new block unkeyed (vLLM would keep both; a lookup finds the first either way).
 
-The queue is kept as runs, one per release (its keyed blocks in queue order) or of empty blocks,
-so that a replay's millions of block moves are bulk dictionary operations: a key present in the
-cache maps to the run holding it, or to HELD (with the holders beyond the first counted apart);
+Keys are small non-negative integers (``PrefixIndex.keys``: dense), so the cache's state is
+numpy arrays indexed by key, and a request's blocks move in one vectorised step: where each key
+is (absent, held, or the queue run holding it) and how many requests beyond the first hold it.
+The queue is kept as runs, one per release (its keyed blocks in queue order) or of empty blocks;
 a block taken back by a hit leaves a stale entry in its run, skipped when the run reaches the
 head.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
-from functools import partial
-from itertools import compress, filterfalse, islice, repeat, takewhile
-from operator import is_not
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 
-HELD = -1  # where a held keyed block is
-PRESENT = partial(is_not, None)  # a key's place is known (``dict.get`` gives None otherwise)
+import numpy as np
+
+ABSENT, HELD = -2, -1  # where a key is: not in the cache, held by a running request
+Keys = Sequence[int] | np.ndarray
 
 
 class _Run:
@@ -44,7 +44,7 @@ class _Run:
 
     __slots__ = ("keys", "live", "pos")
 
-    def __init__(self, keys: list[int] | None, live: int) -> None:
+    def __init__(self, keys: np.ndarray | None, live: int) -> None:
         self.keys, self.live, self.pos = keys, live, 0
 
 
@@ -56,12 +56,13 @@ class BlockCache:
     __slots__ = ("_next_run", "block_size", "capacity", "evictions", "extra", "n_held", "runs",
                  "unkeyed", "where")
 
-    def __init__(self, capacity: int, block_size: int) -> None:
+    def __init__(self, capacity: int, block_size: int, keys: int = 1024) -> None:
         if capacity < 0 or block_size < 1:
             raise ValueError("capacity must be >= 0 and block_size >= 1")
         self.capacity, self.block_size = capacity, block_size
-        self.where: dict[int, int] = {}  # every present key -> its run in the queue, or HELD
-        self.extra: dict[int, int] = {}  # held keys held by more than one request: how many more
+        size = max(keys, 1)
+        self.where = np.full(size, ABSENT, dtype=np.int64)  # by key: ABSENT, HELD or its run
+        self.extra = np.zeros(size, dtype=np.int32)  # by held key: its holders beyond the first
         self.n_held = 0  # keyed blocks held
         self.runs: OrderedDict[int, _Run] = OrderedDict()  # the queue, head first
         self._next_run = 0
@@ -69,7 +70,19 @@ class BlockCache:
         self.unkeyed = 0  # blocks held without a key
         self.evictions = 0  # cached blocks given other content so far
 
-    def _append(self, keys: list[int] | None, live: int) -> int:
+    def _keys(self, keys: Keys) -> np.ndarray:
+        """``keys`` as an array, the state arrays grown to hold them."""
+        arr = keys if type(keys) is np.ndarray else np.asarray(keys, dtype=np.int64)
+        if len(arr):
+            top = int(arr.max())
+            if top >= len(self.where):
+                size = max(2 * len(self.where), top + 1)
+                grow = size - len(self.where)
+                self.where = np.concatenate([self.where, np.full(grow, ABSENT, np.int64)])
+                self.extra = np.concatenate([self.extra, np.zeros(grow, np.int32)])
+        return arr
+
+    def _append(self, keys: np.ndarray | None, live: int) -> int:
         run = self._next_run
         if live > 0:
             self.runs[run] = _Run(keys, live)
@@ -86,55 +99,53 @@ class BlockCache:
         """Blocks a request may take: the empty ones and the cached ones."""
         return self.capacity - self.n_held - self.unkeyed
 
-    def holders(self, key: int) -> int:
-        """Requests holding keyed block ``key`` (0: cached or absent)."""
-        return 1 + self.extra.get(key, 0) if self.where.get(key) == HELD else 0
-
-    def held_alone(self, keys: Sequence[int]) -> int:
+    def held_alone(self, keys: Keys) -> int:
         """How many of these held keys no other request holds."""
-        extra = self.extra
-        return len(keys) - sum(map(extra.__contains__, keys)) if extra else len(keys)
+        arr = keys if type(keys) is np.ndarray else np.asarray(keys, dtype=np.int64)
+        return int(np.count_nonzero(self.extra[arr] == 0))
 
     def cached_in_order(self) -> Iterator[int]:
         """The cached blocks' keys, from the head of the queue."""
-        where = self.where
         for run_id, run in self.runs.items():
             if run.keys is not None:
-                yield from (k for k in run.keys[run.pos:] if where.get(k) == run_id)
+                rest = run.keys[run.pos:]
+                yield from rest[self.where[rest] == run_id].tolist()
 
-    def cached_among(self, keys: Sequence[int]) -> int:
+    def cached_among(self, keys: Keys) -> int:
         """How many of these present keys are cached, not held: taking them uses free blocks."""
-        return len(keys) - list(map(self.where.__getitem__, keys)).count(HELD)
+        arr = self._keys(keys)
+        return len(arr) - int(np.count_nonzero(self.where[arr] == HELD))
 
-    def lookup(self, keys: Sequence[int], limit: int) -> tuple[int, int]:
-        """``hits(keys, limit)``, and how many of those blocks are cached (not held), in one
-        pass."""
-        places = list(takewhile(PRESENT, map(self.where.get, islice(keys, limit))))
-        return len(places), len(places) - places.count(HELD)
+    def lookup(self, keys: Keys, limit: int) -> tuple[int, int]:
+        """``hits(keys, limit)``, and how many of those blocks are cached (not held)."""
+        arr = self._keys(keys[:limit])
+        places = self.where[arr]
+        missing = np.flatnonzero(places == ABSENT)
+        hit = int(missing[0]) if len(missing) else len(arr)
+        return hit, hit - int(np.count_nonzero(places[:hit] == HELD))
 
-    def hits(self, keys: Sequence[int], limit: int) -> int:
+    def hits(self, keys: Keys, limit: int) -> int:
         """How many of the first ``limit`` keys are present (held or cached), from the first
         on: the prompt blocks a request starting now would not compute."""
-        return len(list(takewhile(self.where.__contains__, islice(keys, limit))))
+        return self.lookup(keys, limit)[0]
 
-    def take(self, keys: Sequence[int]) -> None:
+    def take(self, keys: Keys) -> None:
         """A starting request holds these present blocks (its cache hit)."""
-        where, runs = self.where, self.runs
-        places = list(map(where.__getitem__, keys))
-        counts = Counter(places)
-        shared = counts.pop(HELD, 0)
-        if shared:
-            extra = self.extra
-            for key, place in zip(keys, places, strict=True):
-                if place == HELD:
-                    extra[key] = extra.get(key, 0) + 1
-        for run_id, count in counts.items():
-            run = runs[run_id]
-            run.live -= count
-            if not run.live:
-                del runs[run_id]
-        where.update(zip(keys, repeat(HELD)))
-        self.n_held += len(keys) - shared
+        arr = self._keys(keys)
+        places = self.where[arr]
+        held = places == HELD
+        if held.any():
+            self.extra[arr[held]] += 1
+        queued = places[~held]
+        if len(queued):
+            runs = self.runs
+            for run_id, count in zip(*np.unique(queued, return_counts=True), strict=True):
+                run = runs[int(run_id)]
+                run.live -= int(count)
+                if not run.live:
+                    del runs[int(run_id)]
+        self.where[arr] = HELD
+        self.n_held += len(queued)
 
     def allocate(self, n: int) -> bool:
         """``n`` new unkeyed blocks for a request, from the head of the queue (evicting what
@@ -149,17 +160,20 @@ class BlockCache:
             if keys is not None:
                 end = run.pos
                 if len(keys) - end == run.live:  # nothing stale: the next `taken` keys
-                    live = keys[end:end + taken]
+                    evicted = keys[end:end + taken]
                     end += taken
                 else:  # chunks of what is still wanted hold no more than that
-                    live = []
-                    while len(live) < taken:
-                        chunk = keys[end:end + taken - len(live)]
+                    parts, got = [], 0
+                    while got < taken:
+                        chunk = keys[end:end + taken - got]
                         end += len(chunk)
-                        live += compress(chunk, map(run_id.__eq__, map(where.get, chunk)))
+                        live = chunk[where[chunk] == run_id]
+                        parts.append(live)
+                        got += len(live)
+                    evicted = np.concatenate(parts)
                 run.pos = end
-                deque(map(where.__delitem__, live), maxlen=0)
-                self.evictions += len(live)
+                where[evicted] = ABSENT
+                self.evictions += len(evicted)
             run.live -= taken
             if not run.live:
                 del runs[run_id]
@@ -167,38 +181,34 @@ class BlockCache:
         self.unkeyed += n
         return True
 
-    def commit(self, keys: Iterable[int]) -> list[int]:
+    def commit(self, keys: Keys) -> list[int]:
         """Blocks a request holds unkeyed and has just filled get these keys; returns the keys
         it now holds (those not present already)."""
-        new = list(filterfalse(self.where.__contains__, keys))
-        self.where.update(zip(new, repeat(HELD)))
+        return self.commit_array(keys).tolist()
+
+    def commit_array(self, keys: Keys) -> np.ndarray:
+        """``commit``, the keys as an array."""
+        arr = self._keys(keys)
+        new = arr[self.where[arr] == ABSENT]
+        self.where[new] = HELD
         self.n_held += len(new)
         self.unkeyed -= len(new)
         return new
 
-    def release(self, keys: list[int], unkeyed: int) -> None:
+    def release(self, keys: Keys, unkeyed: int) -> None:
         """A request stops: its ``unkeyed`` blocks and its keyed ones (in prompt order) are no
         longer its own; those held by none join the queue's tail, unkeyed first, then the keyed
         ones from the last to the first."""
         self.unkeyed -= unkeyed
         self._append(None, unkeyed)
-        extra = self.extra
-        shared = extra.keys() & keys if extra else None
-        if shared:
-            for key in shared:
-                if extra[key] > 1:
-                    extra[key] -= 1
-                else:
-                    del extra[key]
-            k = len(shared)
-            if shared.issuperset(keys[:k]):  # as usual, the prompt's first blocks
-                freed = keys[:k - 1:-1]  # keys[k:] from the last
-            else:
-                freed = list(filterfalse(shared.__contains__, reversed(keys)))
-        else:
-            freed = keys[::-1]
+        arr = self._keys(keys)
+        shared = self.extra[arr] > 0
+        if shared.any():
+            self.extra[arr[shared]] -= 1
+            arr = arr[~shared]
+        freed = np.ascontiguousarray(arr[::-1])
         run = self._append(freed, len(freed))
-        self.where.update(zip(freed, repeat(run)))
+        self.where[freed] = run
         self.n_held -= len(freed)
 
     def shrink(self, unkeyed: int) -> None:

@@ -85,7 +85,7 @@ def _replicas(instance: Instance, deployment: Deployment, state: RequestState,
         return [Replica(k, instance, state, policy, rank_of, by_rank, fast)
                 for k, policy in enumerate(policies)]
     prefix = PrefixIndex(instance.requests, block_size(instance))
-    keys: dict[int, list[int]] = {}
+    keys: dict[int, np.ndarray] = {}
     return [PrefixReplica(k, instance, state, policy, rank_of, by_rank, fast, prefix, keys)
             for k, policy in enumerate(policies)]
 

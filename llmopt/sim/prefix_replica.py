@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from llmopt.data.instance import Instance
 from llmopt.data.prefix import PrefixIndex
 from llmopt.errors import InternalError
@@ -51,7 +53,7 @@ class PrefixReplica(Replica):
 
     def __init__(self, index: int, instance: Instance, state: RequestState,
                  policy: IterationPolicy, rank_of: list[int], by_rank: list[int],
-                 fast: bool, prefix: PrefixIndex, keys: dict[int, list[int]]) -> None:
+                 fast: bool, prefix: PrefixIndex, keys: dict[int, np.ndarray]) -> None:
         super().__init__(index, instance, state, policy, rank_of, by_rank, fast)
         B = self.B = prefix.block_size
         self.kv_unit = B
@@ -63,7 +65,8 @@ class PrefixReplica(Replica):
         self.cache = BlockCache(capacity, B)
         self.prefix = prefix
         self._keys = keys
-        self._owned: dict[int, list[int]] = {}  # running request -> keys it holds, in order
+        # running request -> the keys it holds, in order (its hit, then each commit's)
+        self._owned: dict[int, list[np.ndarray]] = {}
         self._stream = DecodeStream(self.m, self.S, self.gen, self.reserve_to, self.O, block=B)
         self._rec = Recorder(index, hit_phase=True)
         self._version = 0  # bumped whenever the cache changes (it dates a probe)
@@ -71,11 +74,11 @@ class PrefixReplica(Replica):
 
     # ------------------------------------------------------------------ the prompt's blocks
 
-    def keys_of(self, i: int) -> list[int]:
+    def keys_of(self, i: int) -> np.ndarray:
         """The keys of request ``i``'s full prompt blocks."""
         keys = self._keys.get(i)
         if keys is None:
-            keys = self._keys[i] = self.prefix.keys(i).tolist()
+            keys = self._keys[i] = self.prefix.keys(i)
         return keys
 
     def _lookup(self, i: int) -> tuple[int, int]:
@@ -119,7 +122,7 @@ class PrefixReplica(Replica):
     def held_by(self, i: int) -> int:
         """Memory evicting running request ``i`` frees: its unkeyed blocks and the keyed
         ones no other running request holds."""
-        owned = self._owned[i]
+        owned = self._owned_keys(i)
         alone = self.cache.held_alone(owned)
         return (self._blocks(i) - len(owned) + alone) * self.B
 
@@ -161,7 +164,7 @@ class PrefixReplica(Replica):
             raise InternalError(f"replica {self.index}: {own} blocks for request "
                                 f"{self.instance.ids[i]}, {cache.free} free")
         self._version += 1
-        self._owned[i] = taken
+        self._owned[i] = [taken]
         self.reserve_to[i] = blocks * B
         b.free -= spent
         state.cached_total[i] += tokens
@@ -201,7 +204,7 @@ class PrefixReplica(Replica):
             hi = min(m[i] // B, len(mine))
             lo = (m[i] - c) // B
             if hi > lo:
-                self._owned[i] += self.cache.commit(mine[lo:hi])
+                self._owned[i].append(self.cache.commit_array(mine[lo:hi]))
                 self._version += 1
 
     def _rounds_in_memory(self, rounds: float) -> float:
@@ -210,8 +213,15 @@ class PrefixReplica(Replica):
             return rounds
         return min(rounds, stream.rounds_within(self.cache.free))
 
+    def _owned_keys(self, i: int) -> np.ndarray:
+        parts = self._owned[i]
+        if len(parts) > 1:
+            parts[:] = [np.concatenate(parts)]
+        return parts[0]
+
     def _stop(self, i: int) -> None:
-        owned = self._owned.pop(i)
+        owned = self._owned_keys(i)
+        del self._owned[i]
         self.cache.release(owned, self._blocks(i) - len(owned))
         self._version += 1
         super()._stop(i)
