@@ -47,12 +47,14 @@ def bound(
                    "bounds": [b.to_dict() for b in found]}
         sys.stdout.write(json.dumps(payload, indent=1, allow_nan=False) + "\n")
         return
-    print_table(_table(inst.name, found))
+    print_table(_table(inst.name, found, inst.system.prefix_caching))
     for line in _explanations(found):
         out.print(line)
 
 
-def _table(name: str, found: list[Bound]) -> Table:
+def _table(name: str, found: list[Bound], prefix_caching: bool = False) -> Table:
+    """The bounds; with a prefix cache, a bound that does not hold with one is marked and the
+    best is taken among the others."""
     with_parts = any("t_p" in b.parts for b in found)
     table = Table(title=f"Lower bounds on total inference time for {name}", show_edge=False,
                   header_style="bold", title_justify="left")
@@ -63,10 +65,15 @@ def _table(name: str, found: list[Bound]) -> Table:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for b in found:
         parts = [fmt_ms(b.parts.get("t_p")), fmt_ms(b.parts.get("t_d"))] if with_parts else []
-        table.add_row(b.name, fmt_ms(b.value_ms), *parts, b.valid_under)
-    for model in dict.fromkeys(b.time_model for b in found):
-        best = max((b for b in found if b.time_model == model), key=lambda b: b.value_ms)
-        table.add_row(f"best ({model} model)", fmt_ms(best.value_ms),
+        valid = b.valid_under
+        if prefix_caching and not b.holds_with_prefix_cache:
+            valid += " (not with a prefix cache)"
+        table.add_row(b.name, fmt_ms(b.value_ms), *parts, valid)
+    usable = [b for b in found if b.holds_with_prefix_cache or not prefix_caching]
+    for model in dict.fromkeys(b.time_model for b in usable):
+        best = max((b for b in usable if b.time_model == model), key=lambda b: b.value_ms)
+        label = f"best ({model} model{', prefix cache' if prefix_caching else ''})"
+        table.add_row(label, fmt_ms(best.value_ms),
                       *([""] * (len(columns) - 2)), f"= {best.name}", style="bold")
     return table
 

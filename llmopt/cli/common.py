@@ -251,6 +251,24 @@ def latency_tables(rows: list[tuple[str, dict[str, Any]]]) -> list[Table]:
     return tables
 
 
+def prefix_table(rows: list[tuple[str, dict[str, Any]]]) -> Table | None:
+    """With a prefix cache: each replay's hit rates (prompt tokens and full blocks found cached
+    at the requests' first admissions), the prefill tokens the hits spared (refills included)
+    and the preemptions; None without one."""
+    if not any("prefix_hit_rate_tokens" in m for _, m in rows):
+        return None
+    table = Table(show_edge=False, header_style="bold", title="prefix cache",
+                  title_justify="left")
+    for col in ("policy", "hit rate (tokens)", "hit rate (blocks)", "prefill tokens saved",
+                "preemptions"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for name, m in rows:
+        table.add_row(name, _share(m.get("prefix_hit_rate_tokens")),
+                      _share(m.get("prefix_hit_rate_blocks")),
+                      f"{int(m.get('prefill_tokens_saved', 0)):,}", f"{int(m['evictions']):,}")
+    return table
+
+
 def _rate_or_ms(key: str, value: float | None) -> str:
     if value is None:
         return "—"

@@ -21,6 +21,7 @@ from llmopt.cli.common import (
     metrics_table,
     out,
     policy_help,
+    prefix_table,
     print_table,
     progress,
     router_help,
@@ -134,6 +135,9 @@ offline, online, hybrid; InferMax: every scheduler)."""
         print_table(metrics_table(rows, ceilings))
         for table in latency_tables(rows):
             print_table(table)
+        cache_table = prefix_table(rows)
+        if cache_table is not None:
+            print_table(cache_table)
     if ceilings is not None:
         for line in ceilings.lines():
             out.print(line, soft_wrap=True)

@@ -34,6 +34,7 @@ from pydantic import (
     PositiveFloat,
     StrictInt,
     field_validator,
+    model_validator,
 )
 
 from llmopt.data.arrivals import Arrivals, arrival_times, count_within
@@ -58,6 +59,7 @@ from llmopt.files import (
 )
 
 TokenCount = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
+SESSION_BLOCK_TOKENS = 16  # generated prompts are described in blocks of vLLM's default size
 Length = Annotated[float, Field(ge=-MAX_TOKENS, le=MAX_TOKENS)]
 
 
@@ -79,6 +81,23 @@ class Request(_Strict):
     tpot_slo_ms: Target | None = None
     e2e_slo_ms: Target | None = None
     slo_class: str | None = Field(default=None, min_length=1)
+    #: the prompt's content as block hashes (``llmopt.data.prefix``): the i-th id names tokens
+    #: [i·hash_block_tokens, (i+1)·hash_block_tokens) of the prompt given every block before it
+    hash_ids: tuple[Annotated[StrictInt, Field(ge=0)], ...] | None = Field(default=None,
+                                                                          min_length=1)
+    hash_block_tokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] | None = None
+
+    @model_validator(mode="after")
+    def _hashes_cover_the_prompt(self) -> Request:
+        if (self.hash_ids is None) != (self.hash_block_tokens is None):
+            raise ValueError("hash_ids and hash_block_tokens go together")
+        if self.hash_ids is not None and self.hash_block_tokens is not None:
+            blocks = -(-self.input_tokens // self.hash_block_tokens)
+            if len(self.hash_ids) > blocks:
+                raise ValueError(f"{len(self.hash_ids)} hash_ids for a prompt of "
+                                 f"{self.input_tokens} tokens in blocks of "
+                                 f"{self.hash_block_tokens} ({blocks} blocks at most)")
+        return self
 
 
 class System(_Strict):
@@ -89,6 +108,12 @@ class System(_Strict):
     max_batch_tokens: TokenCount | None = None
     max_prefill_tokens: TokenCount | None = None
     instances: Annotated[StrictInt, Field(ge=1, le=MAX_INSTANCES)] = 1
+    #: automatic prefix caching (vLLM V1's): KV memory in blocks of ``block_size`` tokens, a
+    #: request's prefill skipping the longest cached prefix of its prompt (``llmopt.sim``)
+    prefix_caching: bool = False
+    #: KV block (tokens) of the prefix cache; default the profile's (``kv.block_size``), else
+    #: vLLM's 16 (``llmopt.data.limits.block_size``)
+    block_size: TokenCount | None = None
 
 
 class SolveDefaults(_Strict):
@@ -145,6 +170,25 @@ class Distribution(_Strict):
 Duration = Annotated[float, Field(gt=0, le=MAX_MS / 1000)]
 
 
+class PrefixSpec(_Strict):
+    """Shared prompt prefixes of generated requests (``requests.generate.prefix``): shared system
+    prompts and multi-turn sessions, described by block hashes (``Request.hash_ids``).
+
+    Sessions arrive by the generator's arrival process. A session opens with one of
+    ``system_prompts`` system prompts of ``system_tokens`` tokens (drawn uniformly; none when 0)
+    and lasts ``turns`` turns (at most: the generator stops at ``count`` requests, and a session
+    ends before a prompt would exceed ``max_prompt_tokens``). Turn t's prompt is the session so
+    far (system prompt, then each earlier turn's new tokens and answer) followed by its own new
+    tokens, drawn from ``input``; its answer is drawn from ``output``. Turn t + 1 arrives
+    ``think_ms`` after turn t arrives (open loop: the gap does not wait for the answer)."""
+
+    system_prompts: Annotated[StrictInt, Field(ge=0, le=MAX_REQUESTS)] = 0
+    system_tokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] = 1024
+    turns: Distribution = Distribution(dist="constant", value=1)
+    think_ms: Distribution = Distribution(dist="constant", value=0, min=0)
+    max_prompt_tokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] | None = None
+
+
 class GeneratorSpec(_Strict):
     count: Annotated[StrictInt, Field(ge=1, le=MAX_REQUESTS)] | None = None
     duration_s: Duration | None = None
@@ -152,6 +196,7 @@ class GeneratorSpec(_Strict):
     input: Distribution
     output: Distribution
     arrival: Arrivals = Arrivals()
+    prefix: PrefixSpec | None = None
 
 
 class TraceSpec(_Strict):
@@ -267,7 +312,7 @@ class Instance:
         return sha256_of({
             "name": self.name,
             "profile": self.profile.model_dump(mode="json"),
-            "system": self.system.model_dump(mode="json"),
+            "system": _system_dump(self.system),
             "requests": [r.model_dump(mode="json", exclude_none=True) for r in self.requests],
         })
 
@@ -278,6 +323,19 @@ class Instance:
         system = self.system.model_copy(update=changes)
         return Instance(self.name, self.profile, system, self.requests, self.solve, self.path,
                         self.description)
+
+
+CACHE_DEFAULTS = {"prefix_caching": False, "block_size": None}
+
+
+def _system_dump(system: System) -> dict[str, Any]:
+    """The system's canonical dump: the prefix-cache fields only when set, so that the
+    instances written before them keep their hash."""
+    dump = system.model_dump(mode="json")
+    for key, default in CACHE_DEFAULTS.items():
+        if dump.get(key) == default:
+            del dump[key]
+    return dump
 
 
 def load_instance(path: str | Path) -> Instance:
@@ -392,6 +450,12 @@ def generate_requests(spec: GeneratorSpec, *, file: Path | None = None) -> list[
                                 value=spec.duration_s)
         count = _count_in_duration(spec.arrival, spec.duration_s, spec.seed, file)
     assert count is not None
+    if spec.prefix is not None:
+        if spec.duration_s is not None:
+            raise InstanceError("duration_s does not go with prefix (sessions): give count",
+                                file=file, field="requests.generate.duration_s",
+                                value=spec.duration_s)
+        return generate_sessions(spec, spec.prefix, count, file)
     rng = np.random.default_rng(spec.seed)
     f = file or Path("<generator>")
     inputs = spec.input.sample(rng, count, "requests.generate.input", f)
@@ -405,6 +469,52 @@ def generate_requests(spec: GeneratorSpec, *, file: Path | None = None) -> list[
                             "arrival_ms": float(t)},
                   file=file, prefix=f"requests.generate[{i}]", error=InstanceError)
         for i, (a, b, t) in enumerate(zip(inputs, outputs, arrivals, strict=True))
+    ]
+
+
+def generate_sessions(spec: GeneratorSpec, prefix: PrefixSpec, count: int,
+                      file: Path | None) -> list[Request]:
+    """``count`` requests of sessions and shared system prompts (``PrefixSpec``), ids r0, r1, …
+    in arrival order. Every prompt is described in blocks of SESSION_BLOCK_TOKENS: a block
+    wholly inside a system prompt has that prompt's id for it, any other block the session's
+    id for its position (a session's tokens only ever grow at the end, so its turns share them)."""
+    rng = np.random.default_rng(spec.seed)
+    f = file or Path("<generator>")
+    where = "requests.generate.prefix"
+    sessions = arrival_times(spec.arrival, count, rng)  # at most one session per request
+    turns = prefix.turns.sample(rng, count, f"{where}.turns", f)
+    block = SESSION_BLOCK_TOKENS
+    ids: dict[tuple[int, int, int], int] = {}  # (kind, owner, block index) -> hash id
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = []
+    for s, start in enumerate(sessions.tolist()):
+        if len(rows) >= count:
+            break
+        system = int(rng.integers(prefix.system_prompts)) if prefix.system_prompts else -1
+        context = prefix.system_tokens if system >= 0 else 0
+        arrival = start
+        for _ in range(int(turns[s])):
+            if len(rows) >= count:
+                break
+            new = int(spec.input.sample(rng, 1, "requests.generate.input", f)[0])
+            answer = int(spec.output.sample(rng, 1, "requests.generate.output", f)[0])
+            prompt = context + new
+            if prefix.max_prompt_tokens is not None and prompt > prefix.max_prompt_tokens:
+                break
+            hashes = tuple(
+                ids.setdefault((0, system, j) if (j + 1) * block <= (
+                    prefix.system_tokens if system >= 0 else 0) else (1, s, j), len(ids))
+                for j in range(-(-prompt // block)))
+            rows.append((arrival, prompt, answer, hashes))
+            context = prompt + answer
+            gap = float(prefix.think_ms.sample(rng, 1, f"{where}.think_ms", f)[0])
+            arrival += gap
+    rows.sort(key=lambda row: row[0])
+    return [
+        validated(Request, {"id": f"r{i}", "input_tokens": prompt, "output_tokens": answer,
+                            "arrival_ms": arrival, "hash_ids": hashes,
+                            "hash_block_tokens": block},
+                  file=file, prefix=f"requests.generate[{i}]", error=InstanceError)
+        for i, (arrival, prompt, answer, hashes) in enumerate(rows)
     ]
 
 

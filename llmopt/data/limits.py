@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmopt.data.instance import Instance
+from llmopt.data.prefix import DEFAULT_BLOCK_SIZE
 
 
 @dataclass(frozen=True)
@@ -35,3 +36,11 @@ def resolve_limits(instance: Instance) -> Limits:
         batch_tokens=system.max_batch_tokens or getattr(profile, "max_batch_tokens", None),
         prefill_tokens=system.max_prefill_tokens or getattr(profile, "max_prefill_tokens", None),
     )
+
+
+def block_size(instance: Instance) -> int:
+    """The prefix cache's KV block (tokens): ``system.block_size``, else the profile's
+    (``kv.block_size``, Pang et al.'s Ascend profile), else vLLM's default of 16."""
+    cache = getattr(instance.profile, "kv", None)
+    return int(instance.system.block_size or getattr(cache, "block_size", None)
+               or DEFAULT_BLOCK_SIZE)

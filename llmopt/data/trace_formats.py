@@ -134,11 +134,16 @@ def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | No
             order = np.argsort(arrival, kind="stable")
             frame, arrival = frame.iloc[order], arrival[order]
         times = [float(t) for t in arrival - arrival[0]]
-    return [
+    rows = [
         {"id": str(i), "input_tokens": int(a), "output_tokens": int(b), "arrival_ms": t}
         for i, a, b, t in zip(frame["id"], frame["input_tokens"], frame["output_tokens"],
                               times, strict=True)
     ]
+    if "hash_ids" in frame:
+        for row, ids, size in zip(rows, frame["hash_ids"], frame["hash_block_tokens"],
+                                  strict=True):
+            row["hash_ids"], row["hash_block_tokens"] = ids, int(size)
+    return rows
 
 
 def _guess_format(path: Path) -> str:
@@ -161,11 +166,13 @@ TRACE_FORMATS: Registry[TraceFormat] = Registry("llmopt.trace_formats", TraceFor
         TraceFormat("vidur", "Vidur's processed traces and length tables (e.g. arXiv "
                     "summarization)", "[arrived_at (s),] num_prefill_tokens, num_decode_tokens "
                     "(all arrive at 0 ms without arrived_at)", f"{READERS}:read_csv"),
-        TraceFormat("mooncake", "Mooncake FAST'25 traces (kvcache-ai/Mooncake); prefix hash ids "
-                    "are not read", "JSON lines: timestamp (ms), input_length, output_length",
+        TraceFormat("mooncake", "Mooncake FAST'25 traces (kvcache-ai/Mooncake), with their "
+                    "prefix hash ids (512-token blocks)", "JSON lines: timestamp (ms), "
+                    "input_length, output_length, optionally hash_ids",
                     f"{READERS}:read_mooncake"),
         TraceFormat("jsonl", "llmopt's own", "JSON lines: input_tokens, output_tokens, "
-                    "optionally id and arrival_ms", f"{READERS}:read_jsonl"),
+                    "optionally id, arrival_ms, hash_ids and hash_block_tokens (default 16)",
+                    f"{READERS}:read_jsonl"),
         TraceFormat("burstgpt", "BurstGPT (HPMLL/BurstGPT), ChatGPT and GPT-4 usage in Azure "
                     "OpenAI; failed requests (Response tokens 0) are dropped; filters: model, "
                     "log_type", "Timestamp (s), Model, Request tokens, Response tokens, Log Type "

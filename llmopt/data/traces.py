@@ -20,6 +20,8 @@ from llmopt.errors import TraceError
 VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+MOONCAKE_HASH_BLOCK_TOKENS = 512  # the Mooncake traces' block (kvcache-ai/Mooncake, FAST25-release)
+DEFAULT_HASH_BLOCK_TOKENS = 16  # JSON lines without hash_block_tokens: vLLM's block size
 JSONL_KEYS = ("input_tokens", "output_tokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens",
                     "Log Type")
@@ -64,13 +66,18 @@ def _collect(chunks: Generator[pd.DataFrame, None, None], need: int | None,
 
 
 def _frame(index: pd.Index, inp: np.ndarray, out: np.ndarray, arrival: np.ndarray | None,
-           ids: Iterable[str] | None = None) -> pd.DataFrame:
-    return pd.DataFrame({
+           ids: Iterable[str] | None = None,
+           hashes: tuple[list[tuple[int, ...]], list[int]] | None = None) -> pd.DataFrame:
+    """The rows of a trace; ``hashes``: each row's prompt block hashes and block tokens."""
+    columns: dict[str, Any] = {
         "id": list(ids) if ids is not None else [f"r{i}" for i in index],
         "input_tokens": inp,
         "output_tokens": out,
         "arrival_ms": np.full(len(index), np.nan) if arrival is None else arrival,
-    }, index=index)
+    }
+    if hashes is not None:
+        columns["hash_ids"], columns["hash_block_tokens"] = hashes
+    return pd.DataFrame(columns, index=index)
 
 
 def _csv_error(exc: Exception, path: Path) -> TraceError:
@@ -269,10 +276,15 @@ def _required(raw: pd.DataFrame, keys: tuple[str, ...], path: Path) -> pd.DataFr
 
 def read_jsonl(path: Path, sel: Selection) -> pd.DataFrame:
     ids, arrivals = _Optional("id", path), _Optional("arrival_ms", path)
+    hashes, sizes = _Optional("hash_ids", path), _Optional("hash_block_tokens", path)
 
     def convert(raw: pd.DataFrame) -> pd.DataFrame:
         raw = _required(raw, JSONL_KEYS, path)
         id_col, arrival_col = ids.values(raw), arrivals.values(raw)
+        hash_col, size_col = hashes.values(raw), sizes.values(raw)
+        if size_col is not None and hash_col is None:
+            raise TraceError("given without hash_ids", file=path,
+                             field=_row_field("hash_block_tokens", raw.index[0]))
         return _frame(
             raw.index,
             _tokens(raw["input_tokens"], path, "input_tokens"),
@@ -280,17 +292,27 @@ def read_jsonl(path: Path, sel: Selection) -> pd.DataFrame:
             None if arrival_col is None
             else _numeric(arrival_col, path, "arrival_ms").to_numpy(),
             None if id_col is None else [str(i) for i in id_col],
+            None if hash_col is None else (
+                _hash_ids(hash_col, path),
+                [DEFAULT_HASH_BLOCK_TOKENS] * len(raw) if size_col is None
+                else _tokens(size_col, path, "hash_block_tokens").tolist()),
         )
 
     return _collect(_jsonl_chunks(path, sel.need), sel.need, _all_rows, convert)
 
 
 def read_mooncake(path: Path, sel: Selection) -> pd.DataFrame:
+    hashes = _Optional("hash_ids", path)
+
     def convert(raw: pd.DataFrame) -> pd.DataFrame:
         raw = _required(raw, MOONCAKE_KEYS, path)
+        hash_col = hashes.values(raw)
         return _frame(raw.index, _tokens(raw["input_length"], path, "input_length"),
                       _tokens(raw["output_length"], path, "output_length"),
-                      _numeric(raw["timestamp"], path, "timestamp").to_numpy())
+                      _numeric(raw["timestamp"], path, "timestamp").to_numpy(),
+                      hashes=None if hash_col is None else (
+                          _hash_ids(hash_col, path),
+                          [MOONCAKE_HASH_BLOCK_TOKENS] * len(raw)))
 
     return _collect(_jsonl_chunks(path, sel.need), sel.need, _all_rows, convert)
 
@@ -319,6 +341,18 @@ def _numeric(col: pd.Series, path: Path, name: str) -> pd.Series:
         pos = int(np.flatnonzero(bad.to_numpy())[0])
         raise _bad_value(col, pos, path, name, "must be a non-negative number")
     return values.astype(float)
+
+
+def _hash_ids(col: pd.Series, path: Path) -> list[tuple[int, ...]]:
+    """Each row's ``hash_ids``: a non-empty list of non-negative integers."""
+    out = []
+    for pos, value in enumerate(col):
+        if (not isinstance(value, list) or not value
+                or not all(type(x) is int and x >= 0 for x in value)):
+            raise _bad_value(col, pos, path, "hash_ids",
+                             "must be a non-empty list of non-negative integers")
+        out.append(tuple(value))
+    return out
 
 
 def _tokens(col: pd.Series, path: Path, name: str) -> np.ndarray:

@@ -20,6 +20,7 @@ from llmopt.policies.infermax.configs import SCHEDULERS
 from llmopt.policies.routing import (
     LeastOutstandingTokens,
     MostFreeMemory,
+    PrefixAffinity,
     RoundRobin,
     ShortestQueue,
 )
@@ -178,6 +179,9 @@ ROUTERS: Registry[RouterInfo] = Registry("llmopt.routers", RouterInfo, [
                    ShortestQueue),
         RouterInfo("most-free-memory", "the replica with the most free KV memory",
                    MostFreeMemory),
+        RouterInfo("prefix-affinity", "the replica caching the longest prefix of the prompt, "
+                   "unless its outstanding tokens exceed twice the least-loaded's plus the "
+                   "prompt (after llm-d's and BLIS's prefix-aware routing)", PrefixAffinity),
 ])
 
 PLAN_FOLLOWERS = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError, unknown_name
+from llmopt.errors import InstanceError, OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.policies.base import Router
 from llmopt.policies.registry import POLICIES, ROUTERS, Engine, check_family, plan_follower
@@ -39,7 +39,24 @@ def _checked(instance: Instance, policy: str, router: str | None) -> Router | No
         raise OptionError(unknown_name("router", router, ROUTERS), field="--router",
                           value=router)
     check_family(instance, policy)
+    if instance.system.prefix_caching:
+        _check_prefix_caching(instance, policy)
     return ROUTERS[router].make() if router else None
+
+
+def _check_prefix_caching(instance: Instance, policy: str) -> None:
+    """Prefix caching is simulated on the InferMax cost model (a chunk after m cached tokens
+    costs c² + 2mc: it reads them) by the iteration-level engine; a plan fixes every chunk of
+    a schedule made without a cache."""
+    if instance.profile.family != "infermax" or POLICIES[policy].engine is not Engine.ITERATION:
+        raise InstanceError(f"prefix caching is simulated on infermax profiles by the "
+                            f"iteration-level policies; {policy} runs on family "
+                            f"{POLICIES[policy].family}", file=instance.label(),
+                            field="system.prefix_caching", value=True)
+    if POLICIES[policy].mode is None:
+        raise InstanceError("a plan fixes every chunk of a schedule made without a prefix "
+                            "cache: replay it with prefix_caching off", file=instance.label(),
+                            field="system.prefix_caching", value=True)
 
 
 def deployment(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from llmopt.data.instance import Instance
-from llmopt.errors import OptionError, unknown_name
+from llmopt.errors import InstanceError, OptionError, unknown_name
 from llmopt.plugins import load
 from llmopt.problems.base import Bound
 from llmopt.problems.registry import FAMILIES, PROBLEMS, FamilyInfo, bounded_families
@@ -64,6 +64,11 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
     when the time limit is hit or the run is interrupted. ``options`` are the problem's own
     (``PROBLEMS[problem].options``; pd-competition: formulation, bins, literal, time_model)."""
     problem, solver, time_limit_s = resolve_options(instance, problem, solver, time_limit_s)
+    if instance.system.prefix_caching:
+        raise InstanceError(f"the exact models ({problem}) assume every prompt token is "
+                            "computed: none models a prefix cache; solve with prefix_caching "
+                            "off, or replay policies with it on", file=instance.label(),
+                            field="system.prefix_caching", value=True)
     info = PROBLEMS[problem]
     unknown = sorted(k for k, v in options.items() if v is not None and k not in info.options)
     if unknown:

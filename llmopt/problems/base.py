@@ -29,9 +29,20 @@ class Bound:
     time_model: str
     parts: dict[str, float] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
+    #: it holds for schedules with automatic prefix caching too (``system.prefix_caching``): a
+    #: bound that counts every prompt token as computed does not
+    holds_with_prefix_cache: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def gap_bounds(bounds: list[Bound], time_model: str, instance: Instance) -> list[Bound]:
+    """The bounds that may measure a replay's gap: valid under the replays' time model and,
+    when the instance caches prefixes, with a prefix cache."""
+    caching = instance.system.prefix_caching
+    return [b for b in bounds if b.time_model == time_model
+            and (b.holds_with_prefix_cache or not caching)]
 
 
 class Simulation(Protocol):

@@ -44,6 +44,8 @@ def comparison_markdown(comparison: Comparison) -> str:
     goodput = bool(slo_cols) and "goodput_rps" in comparison.table \
         and comparison.table["goodput_rps"].notna().any()
     cols += ["goodput (req/s)"] if goodput else []
+    cached = "prefix_hit_rate_tokens" in t and t["prefix_hit_rate_tokens"].notna().any()
+    cols += ["prefix hit (tokens)", "preemptions"] if cached else []
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     row: Any  # pandas-stubs types each field of itertuples() as any scalar (str, date, …)
     for k, row in enumerate(t.itertuples(index=False)):
@@ -54,6 +56,9 @@ def comparison_markdown(comparison: Comparison) -> str:
             shares += f" {ceiling_gap(row.gap_to_ceiling)} |"
         if goodput:
             shares += (" — |" if pd.isna(row.goodput_rps) else f" {row.goodput_rps:.2f} |")
+        if cached:
+            shares += (" — |" if pd.isna(row.prefix_hit_rate_tokens)
+                       else f" {row.prefix_hit_rate_tokens:.1%} |") + f" {row.evictions:,} |"
         lines.append(f"| {row.schedule} | {totals[k]} | {row.utilization:.2%} | "
                      f"{row.tokens_per_s:.1f} | {ttfts[k]} | {tpots[k]} | {e2es[k]} | "
                      f"{gap} |{shares}")
@@ -63,7 +68,10 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines.append(f"| lower bound | {total} | valid under |")
     lines.append("|---|---|---|")
     for b in comparison.bounds:
-        lines.append(f"| {b.name} | {fmt_time(b.value_ms, unit)} | {b.valid_under} |")
+        valid = b.valid_under
+        if comparison.prefix_caching and not b.holds_with_prefix_cache:
+            valid += " — not with a prefix cache: no gap of these replays"
+        lines.append(f"| {b.name} | {fmt_time(b.value_ms, unit)} | {valid} |")
     best = comparison.best_bound
     if best is not None:
         lines.append(f"| **best for the replays ({comparison.time_model} model)** | "

@@ -108,6 +108,7 @@ def save(ax: Axes, path: str | Path, dpi: int = 120) -> Path:
 OUTSIDE_LEGEND: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.005, 1.0),
                                   "fontsize": 8, "frameon": False, "borderaxespad": 0.0}
 PHASE_COLORS = {"prefill": "#f28e2b", "decode": "#4e79a7", "refill": "#b07aa1"}
+MARKERS = ("evict", "hit")  # zero-length segments: an eviction, a prefix-cache hit
 EVICT_COLOR = "#e15759"
 
 
@@ -125,7 +126,7 @@ def plot_gantt(segments, clients_per_instance: int, ax: Axes | None = None,
     from matplotlib.patches import Patch
 
     evicts = segments[segments["phase"] == "evict"]
-    segments = segments[segments["phase"] != "evict"]
+    segments = segments[~segments["phase"].isin(MARKERS)]  # zero-length: drawn apart or not
     if by_request:
         present = set(segments["request"])
         names = [r for r in (request_order or []) if r in present] or list(dict.fromkeys(
@@ -226,9 +227,11 @@ def readable_log_ticks(ax: Axes) -> None:
 
 
 def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None,
-            unit: tuple[str, float] | None = None) -> Axes:
+            unit: tuple[str, float] | None = None, shared: bool = False) -> Axes:
     """KV cache in use (tokens) over time, per model instance, with the capacity; each
-    iteration's KV count (after it) is drawn over the iteration."""
+    iteration's KV count (after it) is drawn over the iteration. ``shared``: with a prefix
+    cache the log's count is the running requests' KVs each (a block they share counted once
+    per request), which may exceed the capacity their blocks fit in; the axis says so."""
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 2.5), layout="constrained")
     label, div = unit or time_unit(float(iterations["end_ms"].max()))
@@ -240,7 +243,8 @@ def plot_kv(iterations, capacity: float | None = None, ax: Axes | None = None,
     if capacity:
         ax.axhline(capacity, color="crimson", lw=1, ls="--", label="capacity")
     ax.set_xlabel(f"time ({label})")
-    ax.set_ylabel("KV tokens")
+    ax.set_ylabel("KV tokens, per request\n(shared blocks in each)" if shared
+                  else "KV tokens")
     ax.legend(**OUTSIDE_LEGEND)
     return ax
 
@@ -275,7 +279,8 @@ def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str =
         _mark_requests(ax, instance, segments, by_request, unit, missed)
     if with_kv:
         ax.set_xlabel("")
-        plot_kv(iterations, resolve_limits(instance).kv_tokens, ax=axes[1], unit=unit)
+        plot_kv(iterations, resolve_limits(instance).kv_tokens, ax=axes[1], unit=unit,
+                shared=instance.system.prefix_caching)
     return ax
 
 
@@ -319,7 +324,7 @@ def _mark_requests(ax: Axes, instance: Instance, segments, by_request: bool,
     from matplotlib.lines import Line2D
     from matplotlib.patches import Rectangle
 
-    work = segments[segments["phase"] != "evict"]
+    work = segments[~segments["phase"].isin(MARKERS)]
     if not len(work):
         return
     spans = work.groupby(work["request"].astype(str), observed=True).agg(

@@ -4,13 +4,17 @@ A :class:`Schedule` holds three tables (pandas DataFrames):
 
 ``segments``   one row per maximal run of consecutive iterations in which a request was in the
                batch with the same phase: ``request, client, instance, phase, start_ms, end_ms,
-               tokens`` (phase: ``prefill``, ``decode``, ``refill``).
+               tokens`` (phase: ``prefill``, ``decode``, ``refill``; zero-length markers:
+               ``evict`` (tokens: the KVs freed) and, with a prefix cache, ``hit`` at the start
+               of a request's first chunk (tokens: the prompt tokens found cached)).
 ``iterations`` one row per iteration of each model instance: ``instance, start_ms, end_ms,
                phase`` (``prefill``, ``decode`` or ``mixed``), ``batch_size, prefill_tokens,
                decode_tokens, kv_tokens`` (KV in use at the end of the iteration),
                ``evictions`` (in the iteration) and ``running`` (requests holding KVs).
 ``requests``   one row per request: ``request, instance, client, input_tokens, output_tokens,
-               arrival_ms, first_token_ms, finish_ms, evictions``.
+               arrival_ms, first_token_ms, finish_ms, evictions``; with a prefix cache also
+               ``cached_tokens`` (found cached at its first admission) and
+               ``refill_cached_tokens`` (found cached when readmitted after evictions).
 
 Tables from the replay engines are compact: ``request`` and ``phase`` are pandas categoricals and
 counts are 32-bit (a trace replay can have millions of segments); compare them with strings as
@@ -33,6 +37,11 @@ token − arrival), TPOT ((finish − first token) / (output tokens − 1)) and 
   decode iteration (the stage model of Pang et al., the bilinear and SCLS families), a refill
   emits none. (In the schedule of a slice-level replay, ``SliceReplay.to_schedule``, a request
   finishes with its padded batch, after its last token: there the gaps sum to less.)
+
+With a prefix cache (``prefix_block``, the cache's block, > 0): the prompt tokens found cached at
+the requests' first admissions over all prompt tokens (``prefix_hit_rate_tokens``), the blocks
+found over the full prompt blocks (``prefix_hit_rate_blocks``) and every token a hit spared,
+refills included (``prefill_tokens_saved``).
 
 ``metrics(instance)`` adds the SLO attainment of the instance's targets (and the run's
 goodput).
@@ -75,6 +84,23 @@ def distribution(name: str, values: np.ndarray) -> dict[str, float]:
     return out
 
 
+MARKERS = ("evict", "hit")  # zero-length segments: an eviction, a prefix-cache hit
+PREFIX_METRICS = ("prefix_hit_rate_tokens", "prefix_hit_rate_blocks", "prefill_tokens_saved")
+
+
+def prefix_metrics(requests: pd.DataFrame, block: int) -> dict[str, float]:
+    """The prefix cache's metrics (see the module doc) from the requests table."""
+    cached = requests["cached_tokens"].to_numpy(dtype=np.int64)
+    prompts = requests["input_tokens"].to_numpy(dtype=np.int64)
+    blocks = int((prompts // block).sum())
+    return {
+        "prefix_hit_rate_tokens": float(cached.sum() / prompts.sum()) if prompts.sum() else 0.0,
+        "prefix_hit_rate_blocks": float((cached // block).sum() / blocks) if blocks else 0.0,
+        "prefill_tokens_saved": int(cached.sum()
+                                    + requests["refill_cached_tokens"].to_numpy().sum()),
+    }
+
+
 @dataclass
 class Schedule:
     policy: str
@@ -83,6 +109,8 @@ class Schedule:
     requests: pd.DataFrame
     clients: int
     """Client slots over all model instances (J × instances): the utilization denominator."""
+    prefix_block: int = 0
+    """The prefix cache's block (tokens); 0: no prefix cache."""
 
     @property
     def makespan_ms(self) -> float:
@@ -119,13 +147,15 @@ class Schedule:
         out["requests_per_s"] = (len(req) / (makespan / 1000.0) if makespan > 0 else 0.0)
         out.update(distribution("queue", self.queueing_delays().to_numpy(dtype=float)))
         out.update(distribution("itl", self._gaps()[1]))
+        if self.prefix_block:
+            out.update(prefix_metrics(req, self.prefix_block))
         if instance is not None:
             out.update(slo_metrics(self, instance))
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
 
     def queueing_delays(self) -> pd.Series:
         """Per request (index): the start of its first segment − its arrival (ms)."""
-        seg = self.segments[self.segments["phase"] != "evict"]
+        seg = self.segments[~self.segments["phase"].isin(MARKERS)]
         first = seg.groupby(seg["request"].astype(str), observed=True)["start_ms"].min()
         req = self.requests.set_index(self.requests["request"].astype(str))
         return (first.reindex(req.index) - req["arrival_ms"]).astype(float)
@@ -199,7 +229,7 @@ class Schedule:
         refilled by recomputing them and its pending token, k + 1 tokens in one or more
         chunks; a refill cut short completes nothing."""
         seg = self.segments
-        involved = seg["phase"].isin(["evict", "refill"]).to_numpy()
+        involved = seg["phase"].isin(["evict", "refill", "hit"]).to_numpy()
         if not involved.any():
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         seg = seg[involved].assign(row=self._request_codes(seg["request"][involved]),

@@ -23,11 +23,14 @@ import numpy as np
 import pandas as pd
 
 from llmopt.data.instance import Instance
+from llmopt.data.limits import block_size
+from llmopt.data.prefix import PrefixIndex
 from llmopt.errors import InternalError
 from llmopt.progress import SILENT, Progress
 from llmopt.schedule import Schedule
 from llmopt.sim.clock import Clock
 from llmopt.sim.policy import DONE, IterationPolicy, Router
+from llmopt.sim.prefix_replica import PrefixReplica
 from llmopt.sim.replica import Replica, RequestState
 
 ARRIVAL, READY = 0, 1  # the clock's events: an arrival goes first at the same instant
@@ -57,8 +60,7 @@ def simulate(instance: Instance, deployment: Deployment, *, fast: bool = True,
     rank_of = [0] * n
     for r, i in enumerate(by_rank):
         rank_of[i] = r
-    replicas = [Replica(k, instance, state, policy, rank_of, by_rank, fast)
-                for k, policy in enumerate(deployment.policies)]
+    replicas = _replicas(instance, deployment, state, rank_of, by_rank, fast)
     if n_rep > 1 and getattr(deployment.router, "reads_state", True):
         for replica in replicas:  # the router's view must be the state at each arrival
             replica.stop_at_arrivals = True
@@ -68,7 +70,24 @@ def simulate(instance: Instance, deployment: Deployment, *, fast: bool = True,
     progress.stage(f"simulating {deployment.name} on {n_rep} replica(s), {n} requests")
     with _collector_paused():
         _run(replicas, state, deployment.router)
+    for replica in replicas:
+        if isinstance(replica, PrefixReplica):
+            replica.check_drained()
     return _schedule(instance, replicas, state, deployment.name)
+
+
+def _replicas(instance: Instance, deployment: Deployment, state: RequestState,
+              rank_of: list[int], by_rank: list[int], fast: bool) -> list[Replica]:
+    """One replica per policy; with ``system.prefix_caching`` each keeps a prefix cache
+    (:class:`~llmopt.sim.prefix_replica.PrefixReplica`), the prompts' block keys shared."""
+    policies = deployment.policies
+    if not instance.system.prefix_caching:
+        return [Replica(k, instance, state, policy, rank_of, by_rank, fast)
+                for k, policy in enumerate(policies)]
+    prefix = PrefixIndex(instance.requests, block_size(instance))
+    keys: dict[int, np.ndarray] = {}
+    return [PrefixReplica(k, instance, state, policy, rank_of, by_rank, fast, prefix, keys)
+            for k, policy in enumerate(policies)]
 
 
 @contextmanager
@@ -171,10 +190,16 @@ def _schedule(instance: Instance, replicas: list[Replica], state: RequestState,
         "finish_ms": [state.finish_ms[i] for i in order],
         "evictions": [state.evictions[i] for i in order],
     })
+    prefix_block = 0
+    if instance.system.prefix_caching:
+        prefix_block = block_size(instance)
+        requests["cached_tokens"] = [state.cached_first[i] for i in order]
+        requests["refill_cached_tokens"] = [state.cached_total[i] - state.cached_first[i]
+                                            for i in order]
     if len(replicas) == 1:
         seg, its = segments[0], iterations[0]
     else:  # a replica that ran nothing has untyped empty tables: left out of the concat
         seg = pd.concat([t for t in segments if len(t)] or segments[:1], ignore_index=True)
         its = pd.concat([t for t in iterations if len(t)] or iterations[:1], ignore_index=True)
     return Schedule(policy=name, segments=seg, iterations=its, requests=requests,
-                    clients=instance.system.clients * len(replicas))
+                    clients=instance.system.clients * len(replicas), prefix_block=prefix_block)

@@ -9,6 +9,11 @@ scheduler needs (Σ m, Σ max(m, m_reserve), how many members need a new KV) are
 ``m − G_base`` so that each stays exact in O(1) per iteration. Two event heaps say when a member
 outgrows its reservation and when it finishes.
 
+With a prefix cache (``block`` > 0) memory comes in blocks of ``block`` tokens, and a member
+holding at least its reservation (a multiple of the block) needs a new block when its m is a
+multiple of the block: the growing members are also counted by m − base modulo the block, so
+that how many need one now, and how many blocks the next R iterations take, are O(block).
+
 Decode segments (maximal runs of consecutive iterations with the request decoding) come from
 each member's tenure ``[g0, g1)`` in stream iterations, cut wherever an iteration ran without the
 stream (``pause``); they are built with numpy at the end.
@@ -25,7 +30,7 @@ import numpy as np
 
 class DecodeStream:
     def __init__(self, m: list[int], S: list[int], gen: list[int], reserve: list[int],
-                 outputs: list[int]) -> None:
+                 outputs: list[int], block: int = 0) -> None:
         # the engine's per-request lists, shared: members' entries hold their state at `base`
         self.m, self.S, self.gen, self.reserve, self.outputs = m, S, gen, reserve, outputs
         n = len(m)
@@ -38,6 +43,8 @@ class DecodeStream:
         self.grow_count = 0    # members holding at least their reservation (m ≥ m_reserve)
         self.grow_base = 0     # Σ (m − base) over those
         self.reserved = 0      # Σ m_reserve over the others
+        self.block = block
+        self.grow_res = [0] * block  # growing members by (m − base) mod block
         self._grow_at: list[tuple[int, int, int]] = []
         self._done_at: list[tuple[int, int, int]] = []
         self.starts = array("d")  # per stream iteration
@@ -78,6 +85,8 @@ class DecodeStream:
             self.growing[i] = True
             self.grow_count += 1
             self.grow_base += m - G
+            if self.block:
+                self.grow_res[(m - G) % self.block] += 1
         else:
             self.growing[i] = False
             self.reserved += r
@@ -94,6 +103,8 @@ class DecodeStream:
         if self.growing[i]:
             self.grow_count -= 1
             self.grow_base -= d
+            if self.block:
+                self.grow_res[d % self.block] -= 1
         else:
             self.reserved -= self.reserve[i]
         g0, client = self._tenure[i]
@@ -111,6 +122,43 @@ class DecodeStream:
     def needs(self) -> int:
         """Members whose next decode needs a new KV (m + 1 > m_reserve)."""
         return self.grow_count
+
+    def block_needs(self) -> int:
+        """Blocks the next iteration's decodes take (block mode): growing members whose m is a
+        multiple of the block."""
+        return self.grow_res[-self.G % self.block]
+
+    def _by_first_need(self) -> list[int]:
+        """Growing members by the iteration (0 .. block − 1 from now) of their next new
+        block."""
+        B, G = self.block, self.G
+        out = [0] * B
+        for key, count in enumerate(self.grow_res):
+            if count:
+                out[(-key - G) % B] += count
+        return out
+
+    def blocks_over(self, rounds: int) -> int:
+        """Blocks the next ``rounds`` iterations of the stream take (block mode; no member
+        passes its reservation in them)."""
+        B = self.block
+        q, r = divmod(rounds, B)
+        first = self._by_first_need()
+        return q * self.grow_count + sum(first[:r])
+
+    def rounds_within(self, free_blocks: int) -> int:
+        """The most iterations of the stream whose new blocks fit in ``free_blocks`` (block
+        mode; members growing: at least one)."""
+        B, n = self.block, self.grow_count
+        q = free_blocks // n
+        left = free_blocks - q * n
+        r = 0
+        for count in self._by_first_need()[:B - 1]:
+            if count > left:
+                break
+            left -= count
+            r += 1
+        return q * B + r
 
     def need_of_each(self) -> dict[int, int]:
         """For each member, whether its next decode needs a new KV."""
@@ -135,6 +183,8 @@ class DecodeStream:
                 self.reserved -= self.reserve[i]
                 self.grow_count += 1
                 self.grow_base += self.m[i] - self.base[i]
+                if self.block:
+                    self.grow_res[(self.m[i] - self.base[i]) % self.block] += 1
         done = []
         while self._done_at and self._done_at[0][0] <= G:
             _, i, e = heapq.heappop(self._done_at)

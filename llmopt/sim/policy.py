@@ -51,11 +51,12 @@ class Steady(NamedTuple):
 
 
 class RouterView(Protocol):
-    """What a router may read of a replica."""
+    """What a router may read of a replica (``I``: every request's prompt tokens)."""
 
     index: int
     t: float
     n_running: int
+    I: list[int]  # noqa: E741
 
     @property
     def waiting_count(self) -> int: ...
@@ -64,6 +65,11 @@ class RouterView(Protocol):
     def outstanding_tokens(self) -> int: ...
 
     def free_kv(self) -> float: ...
+
+    def prefix_hit(self, i: int) -> int:
+        """Prompt tokens of request ``i`` this replica's prefix cache holds now (0 without
+        ``system.prefix_caching``)."""
+        ...
 
 
 class ReplicaView(RouterView, Protocol):
@@ -80,8 +86,10 @@ class ReplicaView(RouterView, Protocol):
     P_system: float
     M: float
     kv_limit: int | None
+    # the KV memory a decode that needs memory takes: 1 token, or a block with a prefix cache
+    # (memory then comes in block multiples: free_kv, decode needs, chunk_kv, admission_kv)
+    kv_unit: int
     # per request (see the module doc)
-    I: list[int]  # noqa: E741
     O: list[int]  # noqa: E741
     arr: list[float]
     S: list[int]
@@ -140,6 +148,15 @@ class ReplicaView(RouterView, Protocol):
 
     def decode_kv(self) -> int:
         """KVs cached by the requests in the decode phase (Σ m)."""
+        ...
+
+    def chunk_kv(self, i: int, c: int) -> int:
+        """New KV memory a chunk of ``c`` tokens of running request ``i`` takes."""
+        ...
+
+    def admission_kv(self, i: int, c: int) -> int:
+        """Free KV memory admitting waiting request ``i`` with a first chunk of ``c`` tokens
+        after its prefix-cache hit takes when it reserves only those tokens."""
         ...
 
     def cached_kv(self) -> int:

@@ -13,7 +13,8 @@ import pandas as pd
 
 from llmopt.schedule import ITERATION_COLUMNS, SEGMENT_COLUMNS, Schedule
 
-PHASES = ("prefill", "decode", "refill", "evict")
+PHASES = ("prefill", "decode", "refill", "evict", "hit")
+NO_HIT_PHASES = PHASES[:4]  # the categories of a schedule without a prefix cache
 _PHASE_CODE = {p: k for k, p in enumerate(PHASES)}
 _ITER_PHASES = ("prefill", "decode", "mixed")
 
@@ -41,8 +42,9 @@ def _columns(rows: list[tuple], width: int) -> list[np.ndarray]:
 
 
 class Recorder:
-    def __init__(self, instance_index: int) -> None:
+    def __init__(self, instance_index: int, hit_phase: bool = False) -> None:
         self.instance = instance_index
+        self.hit_phase = hit_phase  # segments may be prefix-cache hits (a phase category)
         self._seg: list[tuple] = []
         self._iter: list[tuple] = []
         self._seg_rows: list[tuple] = []
@@ -118,7 +120,8 @@ class Recorder:
                                                  categories=pd.Index(ids)),
             "client": columns.pop("client"),
             "instance": np.full(len(order), self.instance, dtype=np.int32),
-            "phase": pd.Categorical.from_codes(columns.pop("phase"), categories=pd.Index(PHASES)),
+            "phase": pd.Categorical.from_codes(columns.pop("phase"), categories=pd.Index(
+                PHASES if self.hit_phase else NO_HIT_PHASES)),
             **columns,
         }, copy=False)[SEGMENT_COLUMNS]
 

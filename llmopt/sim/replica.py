@@ -66,6 +66,10 @@ class RequestState:
     first_ms: list[float]
     finish_ms: list[float]
     first_g: list[int] = field(default_factory=list)  # stream iteration of the first token
+    # with a prefix cache: prompt tokens found cached at the first admission, and at every
+    # admission (refills included)
+    cached_first: list[int] = field(default_factory=list)
+    cached_total: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, instance: Instance) -> RequestState:
@@ -75,7 +79,8 @@ class RequestState:
                    arr=instance.arrival_ms.astype(float).tolist(), S=list(inputs),
                    m=[0] * n, gen=[0] * n, status=[PENDING] * n, reserve_to=[0] * n,
                    evictions=[0] * n, slot=[-1] * n, last_slot=[-1] * n, replica=[-1] * n,
-                   first_ms=[math.nan] * n, finish_ms=[math.nan] * n, first_g=[-1] * n)
+                   first_ms=[math.nan] * n, finish_ms=[math.nan] * n, first_g=[-1] * n,
+                   cached_first=[0] * n, cached_total=[0] * n)
 
 
 class Replica:
@@ -185,6 +190,24 @@ class Replica:
                 held += m[i] if m[i] > r[i] else r[i]
         return held
 
+    kv_unit = 1  # KV memory (tokens) a decode needing memory takes: one KV (a block if cached)
+
+    def prefix_hit(self, i: int) -> int:
+        """Prompt tokens of waiting request ``i`` found in this replica's prefix cache now (0:
+        no prefix cache)."""
+        return 0
+
+    def admission_kv(self, i: int, c: int) -> int:
+        """Free KV memory admitting waiting request ``i`` with a first chunk of ``c`` tokens
+        after its cache hit takes when it reserves only that chunk (vLLM V1's
+        ``allocate_slots``): ``c`` KVs."""
+        return c
+
+    def chunk_kv(self, i: int, c: int) -> int:
+        """New KV memory a chunk of ``c`` tokens of running request ``i`` takes."""
+        m, r = self.m[i], self.reserve_to[i]
+        return max(m + c, r) - max(m, r)
+
     def decode_needs(self, i: int) -> int:
         """1 if request i's next decode needs a new KV (m + 1 > m_reserve), else 0."""
         return 1 if self.m_of(i) >= self.reserve_to[i] else 0
@@ -270,11 +293,17 @@ class Replica:
             self._free_slots.remove(slot)
             heapq.heapify(self._free_slots)
         self.slot[i] = self._state.last_slot[i] = slot
-        self.reserve_to[i] = need
+        c = self._reserve(i, c, need, b)
         self.prefilling.add(i)
         self.n_running += 1
-        b.free -= need
         b.add_chunk(i, c)
+
+    def _reserve(self, i: int, c: int, need: int, b: Batch) -> int:
+        """Request ``i`` starting reserves ``need`` KVs from the batch's free memory; the
+        chunk it computes."""
+        self.reserve_to[i] = need
+        b.free -= need
+        return c
 
     def evict(self, victim: int) -> None:
         """Preempt running request ``victim``: its KVs are freed (to be recomputed) and it
@@ -348,6 +377,7 @@ class Replica:
         for i in self._idle:
             other_kv += m[i]
         finished = []  # by their prefill or refill, then by decoding
+        self._allocate(chunks, n_dec)
         for i, c in chunks:
             self._rec.segment(i, self.slot[i], "refill" if gen[i] >= 1 else "prefill", start,
                              end, c)
@@ -365,6 +395,8 @@ class Replica:
                     finished.append(i)
                 else:
                     self._into_decode_phase(i)
+        if chunks:
+            self._filled(chunks)
         running = self.n_running
         if n_dec:
             finished += stream.step(start, end)
@@ -398,18 +430,30 @@ class Replica:
         if promise is None:
             return 1
         stream = self._stream
-        needs = stream.needs()
-        free = self.M - self._held()
         rounds = stream.horizon() - stream.G
         if promise.rounds < rounds:
             rounds = promise.rounds
-        if needs and free != math.inf:
-            rounds = min(rounds, free // needs)
-        rounds = int(min(rounds, 1 << 20))
+        rounds = int(min(self._rounds_in_memory(rounds), 1 << 20))
         if rounds > 1 and (promise.until_arrival or self.stop_at_arrivals) \
                 and next_arrival is not None:
             rounds = self._rounds_before(next_arrival, rounds)
         return max(rounds, 1)
+
+    def _rounds_in_memory(self, rounds: float) -> float:
+        """At most ``rounds`` decode-only iterations of the whole stream whose new KVs fit the
+        free memory."""
+        needs = self._stream.needs()
+        free = self.M - self._held()
+        if needs and free != math.inf:
+            return min(rounds, free // needs)
+        return rounds
+
+    def _allocate(self, chunks: list[tuple[int, int]], n_dec: int) -> None:
+        """The memory of a batch about to run (its chunks, and the stream's decodes when
+        ``n_dec``): the token ledger needs no bookkeeping."""
+
+    def _filled(self, chunks: list[tuple[int, int]]) -> None:
+        """The batch's chunks have been computed (m grew by each chunk)."""
 
     def _rounds_before(self, arrival: float, rounds: int) -> int:
         """How many of ``rounds`` decode-only iterations of the whole stream from now start
@@ -444,6 +488,7 @@ class Replica:
 
     def _decode_run(self, rounds: int) -> None:
         """``rounds`` iterations of the same decode-only batch (see ``_steady_rounds``)."""
+        self._allocate_run(rounds)
         stream = self._stream
         n = len(stream)
         kv = stream.kv() + sum(self.m[i] for i in self.prefilling)
@@ -458,6 +503,9 @@ class Replica:
         self.t, self.last_start = float(ends[-1]), float(starts[-1])
         for i in finished:
             self._finish(i)
+
+    def _allocate_run(self, rounds: int) -> None:
+        """The memory of ``rounds`` decode-only iterations of the stream about to run."""
 
     def _finish(self, i: int) -> None:
         self._stop(i)

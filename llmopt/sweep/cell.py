@@ -21,6 +21,7 @@ from llmopt.errors import LlmoptError
 from llmopt.policies.replay import replay_policy
 from llmopt.problems.api import bounds as family_bounds
 from llmopt.problems.api import solve
+from llmopt.problems.base import gap_bounds
 from llmopt.problems.registry import FAMILIES
 from llmopt.result import Result, read_solution
 from llmopt.sweep.spec import SOLVE_OPTIONS, Cell
@@ -28,7 +29,8 @@ from llmopt.validate import check_solution
 
 SYSTEM_PARAMETERS = {"clients": "clients", "replicas": "instances", "kv_capacity": "kv_capacity",
                      "max_batch_tokens": "max_batch_tokens",
-                     "max_prefill_tokens": "max_prefill_tokens"}
+                     "max_prefill_tokens": "max_prefill_tokens",
+                     "prefix_caching": "prefix_caching"}
 BOUND_TIME_LIMIT_S = 1.0  # for the bin packing inside the bounds; its proven bound is used
 _BASES: dict[str, Instance] = {}  # per process: the instances as their files define them
 _BOUNDS: dict[str, float | None] = {}  # per process: best replay bound by instance hash
@@ -159,7 +161,7 @@ def best_replay_bound(inst: Instance) -> float | None:
     best = None
     if family is not None and family.bounds:
         found = family_bounds(inst, BOUND_TIME_LIMIT_S, solver_bounds=False)
-        valid = [b.value_ms for b in found if b.time_model == family.replay_time_model]
+        valid = [b.value_ms for b in gap_bounds(found, family.replay_time_model, inst)]
         best = max(valid) if valid else None
     _BOUNDS[inst.sha256] = best
     return best

@@ -46,7 +46,7 @@ from llmopt.files import SAFE_NAME_RULE, is_safe_name, load_yaml_mapping, sha256
 from llmopt.policies.registry import POLICIES, ROUTERS, Engine, policy_names
 from llmopt.problems.registry import PROBLEMS, problem_names
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
-from llmopt.schedule.schedule import LATENCY_METRICS
+from llmopt.schedule.schedule import LATENCY_METRICS, PREFIX_METRICS
 from llmopt.version import __version__
 
 MAX_CELLS = 1_000_000
@@ -94,6 +94,7 @@ class CellParams(_Strict):
     kv_capacity: Positive | None = None
     max_batch_tokens: Positive | None = None
     max_prefill_tokens: Positive | None = None
+    prefix_caching: StrictBool | None = None
 
 
 PARAMETERS: dict[str, str] = {
@@ -120,6 +121,7 @@ PARAMETERS: dict[str, str] = {
     "kv_capacity": "KV capacity in tokens (system.kv_capacity)",
     "max_batch_tokens": "token budget of one iteration (system.max_batch_tokens)",
     "max_prefill_tokens": "prefill budget of one iteration (system.max_prefill_tokens)",
+    "prefix_caching": "automatic prefix caching on or off (system.prefix_caching)",
 }
 SOLVE_OPTIONS = ("formulation", "bins", "time_model", "literal", "cuts", "workers")
 NUMERIC_PARAMETERS = ("time_limit_s", "seed", "count", "rate_per_s", "rate_scale", "slo_scale",
@@ -146,8 +148,12 @@ REPLAY_METRICS = (
     "pad_tokens_per_request", "invalid_tokens_per_request", "slices_per_request")
 SOLVE_METRICS = ("status", "objective", "bound", "gap", "solve_runtime_s", "replay_makespan_ms")
 METRICS = REPLAY_METRICS + tuple(m for m in SOLVE_METRICS if m not in REPLAY_METRICS)
+#: kept only when the sweep file lists them (replays with system.prefix_caching)
+OPTIONAL_METRICS = PREFIX_METRICS
+METRICS += OPTIONAL_METRICS
 #: metrics that are shares in [0, 1] (attainment 0.9 is 90 %)
-SHARE_METRICS = ("utilization", "gap_to_bound", "gap",
+SHARE_METRICS = ("utilization", "gap_to_bound", "gap", "prefix_hit_rate_tokens",
+                 "prefix_hit_rate_blocks",
                  *(m for m in ATTAINMENT_METRICS if m.startswith("attainment")))
 
 
@@ -429,7 +435,7 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
 
 def _check_metrics(doc: _SweepDoc, path: Path) -> list[str]:
     if doc.metrics is None:
-        return list(METRICS)
+        return [m for m in METRICS if m not in OPTIONAL_METRICS]
     if not doc.metrics:
         raise SweepError("empty: list metrics, or leave the field out for all", file=path,
                          field="metrics")
@@ -483,7 +489,7 @@ def _check_search_metric(search: SearchSpec, params: dict[str, Any], source: Ins
     """The searched metric is one the group's cells give: a solve's or a replay's, and an
     attainment only on an instance with SLO targets."""
     kind = "solve" if params.get("problem") else "replay"
-    given = SOLVE_METRICS if kind == "solve" else REPLAY_METRICS
+    given = SOLVE_METRICS if kind == "solve" else REPLAY_METRICS + OPTIONAL_METRICS
     if search.metric not in given:
         raise SweepError(f"not a metric of a {kind} ({kind} cells give: {', '.join(given)})",
                          file=path, field="search.metric", value=search.metric)

@@ -44,11 +44,20 @@ import numpy as np
 import pandas as pd
 
 from llmopt.data.instance import Instance
+from llmopt.data.limits import block_size
 from llmopt.validate.fields import is_int, is_number
+from llmopt.validate.prefix import (
+    block_memory,
+    check_hits,
+    check_total,
+    prefix_truth,
+    prompt_keys,
+)
 from llmopt.validate.scls import GIB
 
 EPS = 2e-3  # ms: solution files carry times to the microsecond
-PHASES = ("prefill", "decode", "refill", "evict")
+PHASES = ("prefill", "decode", "refill", "evict", "hit")
+MARKERS = ("evict", "hit")  # zero-length segments: an eviction, a prefix-cache hit
 SEGMENT_FIELDS = ["request", "client", "instance", "phase", "start_ms", "end_ms", "tokens"]
 LOG_COUNTS = ("batch_size", "prefill_tokens", "decode_tokens", "kv_tokens", "evictions",
               "running")
@@ -66,6 +75,7 @@ class Checked:
     requests: pd.DataFrame = field(default_factory=pd.DataFrame)    # first token, finish
     segments: pd.DataFrame = field(default_factory=pd.DataFrame)    # with iterations a..b
     first_token_from_prefill: bool = True  # continuous batching outside DECODE_FIRST_FAMILIES
+    prefix_block: int = 0  # the prefix cache's block (tokens); 0: no prefix cache
 
 
 def kv_capacity(instance: Instance) -> int | None:
@@ -97,9 +107,15 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str,
     its_all = iterations_frame(sol.get("iterations"))
     if isinstance(its_all, str):
         return [its_all], None
+    caching = continuous and instance.system.prefix_caching
     reasons = _check_requests(instance, seg, continuous, decode_first)
+    if not caching and (seg["phase"] == "hit").any():
+        reasons.append("prefix-cache hits (hit segments) in a schedule without a prefix cache "
+                       "(system.prefix_caching)")
     reasons += _check_clients(seg, continuous)
     capacity = kv_capacity(instance) if memory else None
+    keys = prompt_keys(instance, block_size(instance)) if caching else None
+    row_of = {rid: k for k, rid in enumerate(instance.ids)}
     if not continuous:
         reasons += _check_no_overlap_of_phases(seg)
         reasons += _check_reserved(seg, instance, capacity)
@@ -113,17 +129,25 @@ def check_schedule(instance: Instance, sol: dict[str, Any], time_model: str,
         comp = _composition(part, len(its))
         comp["ready"] = _ready(instance, part, len(its))
         reasons += _check_iterations(instance, its, comp, inst, continuous, time_model,
-                                     capacity)
+                                     None if keys is not None else capacity)
+        if keys is not None:
+            reasons += check_hits(instance, part, keys, row_of, inst)
+            if capacity is not None and not reasons:
+                reasons += _check_blocks(block_memory(part, len(its), keys, row_of),
+                                         capacity // keys.block, its, inst)
         frames.append(its.assign(**{f"_{k}": v for k, v in comp.items()}))
         lives.append(part)
     if reasons:
         return reasons, None
     its = pd.concat(frames, ignore_index=True)
     indexed = pd.concat(lives)
+    if keys is not None:
+        reasons += check_total(instance, indexed, keys, row_of)
     requests = _request_times(instance, indexed, its, continuous and not decode_first)
     checked = Checked(makespan_ms=float(seg["end_ms"].max()), iterations=its,
                       requests=requests, compact_ms=_compact_length(its), segments=indexed,
-                      first_token_from_prefill=continuous and not decode_first)
+                      first_token_from_prefill=continuous and not decode_first,
+                      prefix_block=keys.block if keys is not None else 0)
     reasons += _check_objective_and_metrics(instance, sol, checked, seg)
     return reasons, checked
 
@@ -301,8 +325,8 @@ def _check_requests(instance: Instance, seg: pd.DataFrame, continuous: bool,
     got = tokens.reindex(index=ids, columns=list(PHASES), fill_value=0).astype(np.int64)
     inputs, outputs = instance.input_tokens[have], instance.output_tokens[have]
     decoded = got["decode"].to_numpy()
-    if continuous:
-        need = inputs + outputs - from_prefill + got["evict"].to_numpy()
+    if continuous:  # a prefix-cache hit spares its tokens
+        need = inputs + outputs - from_prefill + got["evict"].to_numpy() - got["hit"].to_numpy()
         total = (got["prefill"] + got["refill"] + got["decode"]).to_numpy()
         bad = (total != need) | (decoded > outputs - from_prefill)
     else:
@@ -427,8 +451,9 @@ def _indexed(seg: pd.DataFrame, its: pd.DataFrame, inst: int) -> tuple[pd.DataFr
     part = _with_lives(seg[seg["instance"] == inst])
     part["a"] = np.searchsorted(S, part["start_ms"].to_numpy() - EPS, side="left")
     part["b"] = np.searchsorted(E, part["end_ms"].to_numpy() + EPS, side="right") - 1
-    is_marker = (part["phase"] == "evict").to_numpy()
-    contributes = np.where(is_marker, 0, part["tokens"].to_numpy())
+    is_marker = part["phase"].isin(MARKERS).to_numpy()
+    evict_marker = (part["phase"] == "evict").to_numpy()
+    contributes = np.where(evict_marker, 0, part["tokens"].to_numpy())
     part["m0"] = (pd.Series(contributes, index=part.index)
                   .groupby([part["request"], part["life"]], observed=True).cumsum()
                   - contributes)
@@ -467,7 +492,7 @@ def _indexed(seg: pd.DataFrame, its: pd.DataFrame, inst: int) -> tuple[pd.DataFr
         problems.append(f"the prefill/refill segment of {part['request'].iloc[k]} at "
                         f"{part['start_ms'].iloc[k]:.3f} ms spans several iterations (one "
                         f"segment per chunk expected)")
-    freed_wrong = is_marker & (part["tokens"].to_numpy() != part["m0"].to_numpy())
+    freed_wrong = evict_marker & (part["tokens"].to_numpy() != part["m0"].to_numpy())
     if freed_wrong.any():
         k = int(np.flatnonzero(freed_wrong)[0])
         problems.append(f"eviction of {part['request'].iloc[k]} at "
@@ -486,8 +511,9 @@ def _composition(part: pd.DataFrame, R: int) -> dict[str, np.ndarray]:
     tokens = part["tokens"].to_numpy(dtype=float)
     m0 = part["m0"].to_numpy(dtype=float)
     marker = (part["phase"] == "evict").to_numpy()
+    hit = (part["phase"] == "hit").to_numpy()
     decode = (part["phase"] == "decode").to_numpy()
-    chunk = ~decode & ~marker
+    chunk = ~decode & ~marker & ~hit
 
     def ranges(mask: np.ndarray, weight: np.ndarray | float = 1.0) -> np.ndarray:
         acc = np.zeros(R + 1)
@@ -523,6 +549,8 @@ def _composition(part: pd.DataFrame, R: int) -> dict[str, np.ndarray]:
     np.add.at(growth, a[decode], 1)
     np.add.at(growth, b[decode] + 1, -1)
     np.add.at(held, last[decode] + 1, -tokens[decode])
+    np.add.at(held, a[hit], tokens[hit])  # a hit's KVs are held from its first iteration
+    np.add.at(held, last[hit] + 1, -tokens[hit])
     evictions = np.zeros(R + 1)
     np.add.at(evictions, np.minimum(a[marker], R), 1)
     return {"decoding": decoding, "decode_tokens": decoding, "kv_read": kv_read,
@@ -531,6 +559,17 @@ def _composition(part: pd.DataFrame, R: int) -> dict[str, np.ndarray]:
             "batch_size": ranges(decode) + at_b(chunk), "evictions": evictions[:R],
             "running": np.cumsum(running)[:R],
             "kv_tokens": np.cumsum(held)[:R] + np.cumsum(np.cumsum(growth))[:R]}
+
+
+def _check_blocks(blocks: np.ndarray, capacity: int, its: pd.DataFrame, inst: int
+                  ) -> list[str]:
+    """With a prefix cache: the KV blocks held at least (``prefix.block_memory``) within the
+    capacity's ⌊M / B⌋ blocks."""
+    if len(blocks) and blocks.max() > capacity:
+        r = int(np.argmax(blocks))
+        return [f"instance {inst}: {int(blocks[r])} KV blocks held (shared prompt blocks counted "
+                f"once) exceed the capacity's {capacity} at {its['end_ms'].iloc[r]:.3f} ms"]
+    return []
 
 
 def _check_iterations(instance: Instance, its: pd.DataFrame, comp: dict[str, np.ndarray],
@@ -694,7 +733,7 @@ def _request_times(instance: Instance, part: pd.DataFrame, its: pd.DataFrame,
     ends = {}
     for inst, group in its.groupby("instance"):
         ends[inst] = group["end_ms"].to_numpy()
-    work = part[part["phase"] != "evict"]
+    work = part[~part["phase"].isin(MARKERS)]
     size = work["request"].map({r.id: r.input_tokens for r in instance.requests})
     if continuous:
         done = work[(work["phase"] != "decode")
@@ -778,6 +817,8 @@ def recomputed_metrics(instance: Instance, checked: Checked, seg: pd.DataFrame
             out[f"{name}_p{q}_ms"] = float(np.percentile(x, q))
     out["requests_per_s"] = (instance.num_requests / (makespan / 1000.0) if makespan > 0
                              else 0.0)
+    if checked.prefix_block:
+        out.update(prefix_truth(instance, checked.segments, checked.prefix_block))
     return out
 
 
@@ -790,7 +831,7 @@ ADDED_METRICS = frozenset({
 
 def _first_scheduled(checked: Checked) -> pd.Series:
     """Per request (the instance's order): the start of its first segment."""
-    work = checked.segments[checked.segments["phase"] != "evict"]
+    work = checked.segments[~checked.segments["phase"].isin(MARKERS)]
     first = work.groupby(work["request"].astype(str), observed=True)["start_ms"].min()
     return pd.Series(first.reindex(checked.requests["request"]).to_numpy(dtype=float),
                      index=checked.requests.index)

@@ -328,10 +328,10 @@ class UnifiedScheduler(IterationPolicy):
         a chunk and its reservation fit."""
         n_dec = r.n_decoders()
         needs = r.all_decode_needs()
-        if not self.cfg.hybrid or needs not in (0, n_dec):
+        if not self.cfg.hybrid or needs not in (0, n_dec * r.kv_unit):
             self._rank_batch_one_by_one(r, b)
             return
-        self._rank_batch_in_runs(r, b, unit=1 if needs else 0)
+        self._rank_batch_in_runs(r, b, unit=r.kv_unit if needs else 0)
 
     def _rank_batch_in_runs(self, r: ReplicaView, b: Batch, unit: int) -> None:
         """``_rank_batch`` when every decode needs the same KVs (``unit``): the decodes between
@@ -381,7 +381,7 @@ class UnifiedScheduler(IterationPolicy):
                 # free KVs only shrink until the decode that runs short of them: the waiting
                 # candidates ranked before it that do not fit now are passed over at once
                 free = b.free
-                reach = len(dec) if not unit or unlimited else dp + max(int(free), 0)
+                reach = len(dec) if not unit or unlimited else dp + max(int(free // unit), 0)
                 bound = dec[reach] if reach < len(dec) else len(req)  # after every rank
                 n_cands = len(cands)
                 while cand < bound:  # cand is waiting and does not fit
@@ -402,8 +402,8 @@ class UnifiedScheduler(IterationPolicy):
                     self._decodes_taken(r, b, dp)
                     return  # nothing else can enter the batch
                 take = hi - dp if hi - dp <= b.tokens else int(b.tokens)
-                if unit and take > b.free:
-                    take = int(b.free)
+                if unit and take * unit > b.free:
+                    take = int(b.free // unit)
                 if take > 0:
                     b.count_decodes(take)
                     b.free -= unit * take

@@ -75,5 +75,34 @@ class MostFreeMemory:
         return min(range(len(replicas)), key=lambda k: (-replicas[k].free_kv(), k))
 
 
-__all__ = ["ByAssignment", "LeastOutstandingTokens", "MostFreeMemory", "RoundRobin",
-           "ShortestQueue"]
+class PrefixAffinity:
+    """The replica whose prefix cache holds the longest prefix of the request's prompt, under a
+    load guard: the *affine* replica (the longest hit, ties to the fewest outstanding tokens,
+    then the lowest index) takes the request unless its outstanding tokens exceed
+    ``load_factor`` × the least-loaded replica's plus the request's own prompt; the least-loaded
+    replica (fewest outstanding tokens, as ``least-outstanding-tokens``) takes it then. Without
+    a prefix cache (no hits anywhere) it routes as ``least-outstanding-tokens``.
+
+    The rule is ours; the idea, scoring replicas by the cached prefix they hold and guarding
+    against piling load on them, is that of llm-d's inference scheduler (its prefix-cache scorer
+    weighed with load-aware scorers) and of BLIS's prefix-affinity routing."""
+
+    name = "prefix-affinity"
+    reads_state = True
+
+    def __init__(self, load_factor: float = 2.0) -> None:
+        self.load_factor = load_factor
+
+    def route(self, request: int, now: float, replicas: list[RouterView]) -> int:
+        loads = [replica.outstanding_tokens for replica in replicas]
+        hits = [replica.prefix_hit(request) for replica in replicas]
+        least = min(range(len(replicas)), key=lambda k: (loads[k], k))
+        affine = min(range(len(replicas)), key=lambda k: (-hits[k], loads[k], k))
+        prompt = replicas[affine].I[request]
+        if loads[affine] > self.load_factor * loads[least] + prompt:
+            return least
+        return affine
+
+
+__all__ = ["ByAssignment", "LeastOutstandingTokens", "MostFreeMemory", "PrefixAffinity",
+           "RoundRobin", "ShortestQueue"]

@@ -37,8 +37,16 @@ KV memory: vLLM V1 allocates a request's KV blocks as its tokens are scheduled
 (``allocate_slots`` for ``num_new_tokens``), not its whole prompt at admission. In llmopt's
 ledger a request admitted with a first chunk c reserves exactly c (m_reserve = c, so it holds
 max(m, c) = m afterwards), and every later chunk or decode takes its new KVs from the free pool
-in the step that computes them; a step that cannot have them preempts as above. The one
-difference is granularity: tokens here, blocks of 16 tokens in vLLM.
+in the step that computes them; a step that cannot have them preempts as above. Without a
+prefix cache memory is counted in tokens here, in blocks of 16 tokens in vLLM.
+
+With prefix caching (``system.prefix_caching``, ``llmopt.sim.prefix_replica``) memory is in
+blocks, as in vLLM: a waiting request's ``num_computed_tokens`` starts at its cache hit
+(``get_computed_blocks``: the longest cached run of its prompt's full blocks, short of its last
+token), its first step schedules ``min(num_tokens − hit, token_budget)`` tokens, and
+``allocate_slots`` needs the blocks of those tokens plus the hit's blocks that sit in the free
+queue (cached, held by no running request); a preempted request's blocks stay cached, so its
+recompute re-hits what was not evicted meanwhile.
 
 Fast path (``steady``): a decode-only step of every running request, with no request in a
 prefill, repeats until a request finishes, the KVs run out (both end the replica's runs) or, in
@@ -116,11 +124,6 @@ class VllmV1(IterationPolicy):
             return self.next_batch(r)
         return b if b.chunks or b.n_dec else None
 
-    def _chunk_kv(self, r: ReplicaView, i: int, c: int) -> int:
-        """New KVs a chunk of ``c`` tokens of running request ``i`` needs."""
-        m, res = r.m[i], r.reserve_to[i]
-        return max(m + c, res) - max(m, res)
-
     def _schedule_running(self, r: ReplicaView, b: Batch) -> bool:
         """Step 1 and 2 of the module doc; True when a request was preempted. Without a
         preemption the order matters only for the token budget: when the requests in a
@@ -141,7 +144,7 @@ class VllmV1(IterationPolicy):
                     break
                 c = int(min(r.S[i] - r.m[i], tokens, prefill))
                 if c > 0:
-                    free -= self._chunk_kv(r, i, c)
+                    free -= r.chunk_kv(i, c)
                     chunks.append((i, c))
                     tokens -= c
                     prefill -= c
@@ -170,7 +173,7 @@ class VllmV1(IterationPolicy):
                 c = int(min(r.S[i] - r.m[i], tokens, prefill))
                 if c <= 0:
                     continue  # vLLM: num_new_tokens == 0, the next request may still run
-                need = self._chunk_kv(r, i, c)
+                need = r.chunk_kv(i, c)
             else:
                 c, need = 1, r.decode_needs(i)
             while need > free:
@@ -231,13 +234,14 @@ class VllmV1(IterationPolicy):
             i = self._head(r)
             if i is None:
                 return
-            c = int(min(r.S[i] - r.m[i], b.tokens, b.prefill))
-            if c <= 0 or c > b.free:
+            hit = r.prefix_hit(i)  # get_computed_blocks: the prompt's cached prefix
+            c = int(min(r.S[i] - hit, b.tokens, b.prefill))
+            if c <= 0 or r.admission_kv(i, c) > b.free:
                 return  # allocate_slots refuses the head: it blocks the queue
             r.take_waiting(i)
             if not self.priority:
                 self.queue.popleft()
-            r.admit(i, c, c, b)
+            r.admit(i, c, hit + c, b)
             self.order.append(i)
 
     def steady(self, r: ReplicaView, batch: Batch) -> Steady | None:

@@ -15,6 +15,26 @@ A batch costs T(B) = bias + per_token · Σc + decode_kv · Σ_decode m + prefil
 
 With R replicas the work splits at best evenly and nothing starts before the first arrival:
 total ≥ min arrival + work / R; and each request alone needs its own work after it arrives.
+It counts every prompt token as computed: it does not hold with a prefix cache.
+
+``infermax_work_cached`` is the same count for schedules that may reuse prompt blocks
+(``system.prefix_caching``, blocks of B tokens, ``llmopt.data.prefix``), valid with or without
+a cache, for any number of replicas and any routing:
+
+- a block a request never computes whole, in any of its lives, was hit from another request
+  holding the same tokens: it lies in the longest prefix r_i the request shares with another
+  one, within the blocks a hit may cover (its own blocks it computed itself);
+- every distinct block is computed at least once overall (once per replica using it at worst,
+  at best once), so the blocks never computed by their request total at most H = Σ cacheable −
+  the distinct blocks that no prompt holds where it cannot be hit;
+- prompt tokens computed ≥ Σ I − B·min(H, Σ r); the passes of a request cost Σ(c² + 2mc) =
+  Σ (b² − a²) over the token ranges [a, b) they compute (the cached KVs are read, not
+  computed), at least I² less ∫ 2t dt over the t_i blocks it never computes, at most
+  (B r_i)² − (B (r_i − t_i))² (the top ones of its shared prefix); the most spared over
+  t_i ≤ r_i, Σ t_i ≤ H is the H largest block marginals B²(2 r_i − 2t − 1) (concave: greedy is
+  exact); decodes read their KVs, cached or not, as before;
+- the batches number at least the computed tokens over C and, per request, ⌈(I − B r_i) / P⌉
+  + O − 1 (no memory floor: shared blocks are held once).
 """
 
 from __future__ import annotations
@@ -25,13 +45,16 @@ import numpy as np
 
 from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
-from llmopt.data.limits import resolve_limits
+from llmopt.data.limits import block_size, resolve_limits
+from llmopt.data.prefix import PrefixIndex
 from llmopt.errors import InstanceError
 from llmopt.problems.base import Bound, Simulation
 from llmopt.problems.infermax.csp import solve as solve_csp
 from llmopt.progress import SILENT, Progress
 
 VALID_UNDER = "InferMax cost model, any scheduler with these M and C"
+VALID_CACHED = ("InferMax cost model, any scheduler with this C, with or without a prefix "
+                "cache, any number of replicas and any routing")
 CSP_MAX_REQUESTS = 12  # the CSP's bound is computed up to this many requests
 
 
@@ -83,6 +106,104 @@ def infermax_bounds(instance: Instance) -> list[Bound]:
     )]
 
 
+def infermax_cached_bound(instance: Instance) -> Bound:
+    """``infermax_work_cached`` of the module doc."""
+    profile = instance.profile
+    if not isinstance(profile, InferMaxProfile):
+        raise InstanceError("the InferMax bound needs an infermax profile",
+                            file=instance.label(), field="model", value=profile.name)
+    limits = resolve_limits(instance)
+    C = limits.batch_tokens
+    if C is None:
+        raise InstanceError("the InferMax bound needs C, the tokens per batch",
+                            file=instance.label(), field="system.max_batch_tokens")
+    P = min(limits.prefill_tokens or C, C)
+    B = block_size(instance)
+    reach, most = reusable_blocks(instance, B)
+    inp = instance.input_tokens.astype(float)
+    out = instance.output_tokens.astype(float)
+    arrival = instance.arrival_ms
+    skipped = min(most, int(reach.sum()))  # blocks skipped over all requests at most
+    computed = inp.sum() - B * skipped + (out - 1).sum()
+    reads = (out - 1) * inp + (out - 1) * (out - 2) / 2
+    own_prompt = inp - B * reach
+    own_batches = np.ceil(own_prompt / P) + out - 1
+    floors = {"tokens / C": math.ceil(computed / C), "one request": int(own_batches.max())}
+    batches = max(floors.values())
+    spared = _most_attention_spared(reach, B, skipped)
+    p = profile
+    work_wo_bias = (p.per_token_ms * computed + p.decode_kv_ms * reads.sum()
+                    + p.prefill_attention_ms * ((inp ** 2).sum() - spared)
+                    + p.per_prefill_request_ms * len(inp))
+    replicas = instance.system.instances
+    shared = float(arrival.min()) + (p.bias_ms * batches + work_wo_bias) / replicas
+    alone = (arrival + p.bias_ms * own_batches + p.per_token_ms * (own_prompt + out - 1)
+             + p.decode_kv_ms * reads + p.prefill_attention_ms * (inp ** 2 - (B * reach) ** 2)
+             + p.per_prefill_request_ms)
+    value = max(shared, float(alone.max()))
+    return Bound(
+        name="infermax_work_cached",
+        value_ms=round(value, 6),
+        equation="min T + (bias·N_min + per_token·(ΣI − B·min(H, Σr) + Σ(O−1)) + decode_kv·Σ "
+                 "reads + prefill_attention·(ΣI² − max Σ(Bh)²) + per_prefill_request·n) / R",
+        valid_under=VALID_CACHED,
+        time_model="infermax",
+        why=(f"every distinct prompt block is computed at least once, a request skips at most "
+             f"the prefix it shares with another ({int(skipped)} blocks of {B} tokens in all "
+             f"at most), every decode reads its KVs, and at least N_min = {batches} batches "
+             "pay the bias"),
+        parts={"bias_ms": round(p.bias_ms * batches, 6), "work_ms": round(work_wo_bias, 6)},
+        detail={"batches_at_least": batches, "batch_floors": floors, "replicas": replicas,
+                "block_tokens": B, "blocks_skipped_at_most": int(skipped),
+                "binding": "shared work" if shared >= alone.max() else "one request"},
+        holds_with_prefix_cache=True,
+    )
+
+
+def reusable_blocks(instance: Instance, block: int) -> tuple[np.ndarray, int]:
+    """Per request, r_i: the leading blocks of its prompt that another request's prompt also
+    holds, within those a hit may cover; and H, the blocks all first passes may skip together
+    (module doc). Equal keys mean equal prefixes, so a request's shared keys are its first
+    ones."""
+    index = PrefixIndex(instance.requests, block)
+    n = instance.num_requests
+    keys = [index.keys(i) for i in range(n)]
+    cacheable = np.array([index.cacheable_blocks(i) for i in range(n)], dtype=np.int64)
+    if not any(len(k) for k in keys):
+        return np.zeros(n, dtype=np.int64), 0
+    flat = np.concatenate(keys)
+    owner = np.repeat(np.arange(n), [len(k) for k in keys])
+    position = np.arange(len(flat)) - np.repeat(np.cumsum([len(k) for k in keys])
+                                                - [len(k) for k in keys], [len(k) for k in keys])
+    distinct, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+    shared = counts[inverse] >= 2  # a request's keys are distinct: ≥ 2 holders
+    reach = np.minimum(np.bincount(owner, weights=shared, minlength=n).astype(np.int64),
+                       cacheable)
+    hittable = position < cacheable[owner]
+    elsewhere = np.zeros(len(distinct), dtype=bool)
+    elsewhere[inverse[~hittable]] = True  # held somewhere a hit cannot cover: computed there
+    only_hittable = np.zeros(len(distinct), dtype=bool)
+    only_hittable[inverse[hittable]] = True
+    most = int(hittable.sum()) - int((only_hittable & ~elsewhere).sum())
+    return reach, most
+
+
+def _most_attention_spared(reach: np.ndarray, block: int, budget: int) -> float:
+    """max Σ B²(2 r_i t_i − t_i²) over integers 0 ≤ t_i ≤ r_i, Σ t_i ≤ budget: the ``budget``
+    largest marginals B²(2u − 1), u = r_i − t (``holders[u]`` requests have r_i ≥ u)."""
+    if budget <= 0 or not len(reach) or reach.max() <= 0:
+        return 0.0
+    holders = np.cumsum(np.bincount(reach)[::-1])[::-1]  # holders[u] = #{r_i >= u}
+    spared, left = 0.0, budget
+    for u in range(int(reach.max()), 0, -1):
+        take = min(int(holders[u]), left)
+        spared += take * block * block * (2 * u - 1)
+        left -= take
+        if not left:
+            break
+    return spared
+
+
 def infermax_family_bounds(instance: Instance, time_limit_s: float | None = 60.0,
                            progress: Progress = SILENT,
                            solver_bounds: bool = True, *,
@@ -91,6 +212,8 @@ def infermax_family_bounds(instance: Instance, time_limit_s: float | None = 60.0
     replica) the CSP's proven bound within the time limit (``simulation`` replays its
     heuristics and plan). A stop signal raises KeyboardInterrupt."""
     bounds = infermax_bounds(instance)
+    if instance.system.prefix_caching:  # the CSP models no cache: its bound would not hold
+        return [*bounds, infermax_cached_bound(instance)]
     if (solver_bounds and instance.num_requests <= CSP_MAX_REQUESTS
             and instance.system.instances == 1
             and instance.system.clients >= instance.num_requests):

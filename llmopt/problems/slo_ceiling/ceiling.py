@@ -124,6 +124,11 @@ def _check(instance: Instance, time_limit_s: float) -> None:
             math.isfinite(time_limit_s) and time_limit_s > 0):
         raise OptionError("must be positive and finite", field="time_limit_s",
                           value=time_limit_s)
+    if instance.system.prefix_caching:
+        raise InstanceError("the SLO attainment ceiling charges every request its whole "
+                            "prompt's work; with a prefix cache a request may compute less, "
+                            "so it is not a bound for these replays", file=instance.label(),
+                            field="system.prefix_caching", value=True)
     if not instance.has_slos:
         raise InstanceError("the SLO attainment ceiling needs SLO targets (an slo section or "
                             "ttft_slo_ms/tpot_slo_ms/e2e_slo_ms on the requests)",

@@ -36,7 +36,7 @@ from llmopt.policies.slice.ils import section5_metrics
 from llmopt.policies.slice.replay import ladder_table
 from llmopt.problems.api import bounds as family_bounds
 from llmopt.problems.api import family_of, solve
-from llmopt.problems.base import Bound
+from llmopt.problems.base import Bound, gap_bounds
 from llmopt.problems.scls.bounds import Engine as BoundEngine
 from llmopt.problems.scls.bounds import SliceBounds, slice_bounds
 from llmopt.problems.slo_priority.cluster import (
@@ -56,7 +56,7 @@ from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.schedule import Schedule
 from llmopt.schedule.metrics import ATTAINMENT_METRICS
-from llmopt.schedule.schedule import LATENCY_METRICS
+from llmopt.schedule.schedule import LATENCY_METRICS, PREFIX_METRICS
 
 PLAN = "slo-priority plan"
 PLAN_REPLAYED = "slo-priority plan, replayed"
@@ -96,9 +96,12 @@ class Comparison:
     ceilings: PolicyCeilings | None = None
     interrupted: bool = False  # a stop signal ended the exact solve: its incumbent is shown
 
+    prefix_caching: bool = False  # the replays cache prefixes: only bounds holding so count
+
     @property
     def best_bound(self) -> Bound | None:
-        valid = [b for b in self.bounds if b.time_model == self.time_model]
+        valid = [b for b in self.bounds if b.time_model == self.time_model
+                 and (b.holds_with_prefix_cache or not self.prefix_caching)]
         return max(valid, key=lambda b: b.value_ms) if valid else None
 
 
@@ -140,7 +143,10 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     elif optimize:
         notes.append(f"{family.exact} not solved: {instance.num_requests} requests, more "
                      f"than the {family.exact_max_requests} it is run on")
-    valid = [b.value_ms for b in bounds if b.time_model == family.replay_time_model]
+    valid = [b.value_ms for b in gap_bounds(bounds, family.replay_time_model, instance)]
+    if instance.system.prefix_caching:
+        notes.append("the replays cache prefixes (system.prefix_caching): only the bounds that "
+                     "hold with a prefix cache measure their gaps")
     exact = results.get(family.exact)
     if exact is not None and exact.bound is not None:
         valid.append(exact.bound)
@@ -156,6 +162,8 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
             "gap_to_bound": (m["makespan_ms"] - best) / m["makespan_ms"] if best else None,
             **{k: m.get(k) for k in ATTAINMENT_METRICS if instance.has_slos},
             **{k: m.get(k) for k in LATENCY_METRICS},
+            **({k: m.get(k) for k in (*PREFIX_METRICS, "evictions")}
+               if instance.system.prefix_caching else {}),
         })
     table = pd.DataFrame(rows)
     interrupted = exact is not None and exact.interrupted
@@ -170,7 +178,7 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     if ceilings is not None:
         with_ceiling(table, ceilings)
     return Comparison(table, bounds, results, family.replay_time_model, notes, ceilings,
-                      interrupted)
+                      interrupted, instance.system.prefix_caching)
 
 
 def _replayed(instance: Instance, policies: list[str], deadline: Deadline, time_limit_s: float,
