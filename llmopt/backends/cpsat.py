@@ -63,6 +63,9 @@ def solve_stoppable(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
     return status
 
 
+EARLY_END_S = 0.25  # how early CP-SAT may end a time-limited run on its own (seconds)
+
+
 def solve_cpsat(
     model: cp_model.CpModel,
     *,
@@ -103,8 +106,10 @@ def solve_cpsat(
     if ours:  # the watcher saw the signal
         interrupted = stopped.is_set()
     else:  # CP-SAT caught it: it stops short of proof only then or at the time limit (though
-        # under load it may end its presolve, out of time, a little before the limit)
-        stopped_early = time_limit_s is None or runtime < 0.98 * time_limit_s
+        # under load it may end its presolve, out of time, a little before the limit: a run
+        # ending within EARLY_END_S or 2 % of its limit is read as timed out)
+        stopped_early = time_limit_s is None or (
+            runtime < time_limit_s - max(EARLY_END_S, 0.02 * time_limit_s))
         interrupted = ending in ("feasible", "no_solution") and stopped_early
     return Outcome(
         ending=ending,
