@@ -331,3 +331,34 @@ def test_replay_and_compare_show_one_instances_times_in_the_same_units(cli, tmp_
     # the same makespan, printed alike by both
     makespan = read_solution(tmp_path / "infermax-tiny" / "replay-vllm.json")["objective"]
     assert f"{makespan:,.2f}" in replayed.output and f"{makespan:,.2f}" in compared.output
+
+
+LONG_PROMPT = """\
+name: long-prompt
+model: infermax-llama2-7b-a100
+system: {clients: 4, kv_capacity: 4000, max_batch_tokens: 256}
+requests:
+  - {id: a, input_tokens: 600, output_tokens: 3}
+  - {id: b, input_tokens: 20, output_tokens: 4}
+"""
+
+
+def test_compare_skips_a_default_policy_that_cannot_run_and_refuses_a_named_one(
+        cli, write_yaml, tmp_path):
+    import pandas as pd
+
+    path = write_yaml(LONG_PROMPT)  # a 600-token prompt, batches of 256: only chunked prefill
+    done = cli("compare", path, "--out", tmp_path / "a", "--no-optimize", "--time-limit", "20")
+    assert done.exit_code == 0, done.stderr
+    assert "skipped: policy vllm:" in done.stderr and "chunked prefill" in done.stderr
+    table = pd.read_csv(tmp_path / "a" / "long-prompt" / "compare.csv")
+    assert "sarathi" in set(table["schedule"]) and "vllm" not in set(table["schedule"])
+    assert "could not run vllm" in (tmp_path / "a" / "long-prompt" / "compare.md").read_text()
+    named = cli("compare", path, "--out", tmp_path / "b", "--policy", "vllm,sarathi",
+                "--no-optimize")
+    assert named.exit_code == 2 and "error: policy vllm:" in named.stderr
+    assert "1 of 2 policies could not run" in named.stderr and "Traceback" not in named.stderr
+    written = pd.read_csv(tmp_path / "b" / "long-prompt" / "compare.csv")
+    assert list(written["schedule"]) == ["sarathi"]
+    alone = cli("compare", path, "--out", tmp_path / "c", "--policy", "vllm", "--no-optimize")
+    assert alone.exit_code == 2 and "chunked prefill" in alone.stderr

@@ -277,6 +277,11 @@ def plan_drop_decode(inst, sol):
     batch["decode"].pop()
 
 
+def plan_add_evict(inst, sol):
+    batch = next(b for b in sol["plan"] if b.get("decode"))
+    batch["evict"] = [*batch.get("evict", []), batch["decode"][0]]
+
+
 def replace_with_heuristic(inst, sol):
     """An InferMax file whose schedule is a worse heuristic's, relabelled optimal."""
     worst = max(sol["heuristics"], key=sol["heuristics"].get)
@@ -416,6 +421,7 @@ TAMPERINGS: dict[str, tuple[str, Callable, str | None]] = {
     "pd stages malformed": ("pd-large", set_field("stages", "all at once"), "stages"),
     "im plan chunk disagrees": ("infermax", plan_chunk, "plan batch"),
     "im plan decode dropped": ("infermax", plan_drop_decode, "plan batch"),
+    "im plan eviction added": ("infermax", plan_add_evict, "plan batch"),
     "im plan malformed": ("infermax", set_field("plan", {"batches": 3}), "plan"),
     # -- metrics and totals
     **{f"metric {k} altered": ("pd-large", set_metric(k), k) for k in (

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from llmopt.cli.common import (
     InstanceArg,
@@ -15,6 +16,7 @@ from llmopt.cli.common import (
     check_number,
     check_out_dir,
     command,
+    err,
     out,
     policy_help,
     progress,
@@ -54,6 +56,14 @@ def compare(
     comparison = run_compare(inst, names, limit, shown, optimize=optimize)
     shown.done()
     write_comparison(inst, out_dir, render(comparison, inst))
+    failed: dict[str, str] = getattr(comparison, "failed", {})
+    label = "[bold red]error:[/]" if policy is not None else "[yellow]skipped:[/]"
+    for name, reason in failed.items():  # the defaults that cannot run are skipped, noted
+        err.print(f"{label} policy {name}: {escape(reason)}", markup=True, soft_wrap=True)
+    if failed and policy is not None:  # asked for by name: as replay does
+        err.print(f"{len(failed)} of {len(names)} policies could not run this instance; the "
+                  "others were compared")
+        raise typer.Exit(2)
     ceilings = getattr(comparison, "ceilings", None)
     if comparison.interrupted or (ceilings is not None and ceilings.signalled):
         raise typer.Exit(130)  # written with the exact solve's incumbent, as solve does, or

@@ -100,22 +100,38 @@ def _exact(instance: Instance, M: int, C: int, P: int, ev: Evidence) -> None:
         ev.unchecked_why = "the state search found no schedule within M"
 
 
+def _index(value: Any, n: int | None) -> int | None:
+    """An iteration index from a segment's ``a``/``b`` column: the integer, None when it is
+    missing, not whole or (given ``n``) not one of the ``n`` iterations."""
+    if value is None or value != value or float(value) != int(value):  # NaN: value != value
+        return None
+    k = int(value)
+    return k if n is None or 0 <= k < n else None
+
+
 def _check_plan(plan: Any, checked: Checked) -> list[str]:
     """Batch k of the plan (evictions before it, chunks, decodes) must be the schedule's k-th
     iteration; a batch with nothing to process passes its evictions on to the next."""
     if not isinstance(plan, list) or not all(isinstance(b, dict) for b in plan):
         return ["plan must be a list of batches {evict, prefill, decode}"]
     seg = checked.segments
-    its = checked.iterations.sort_values("start_ms", kind="stable")
-    actual = []
-    for r in range(len(its)):
-        chunks = seg[(seg["phase"].isin(["prefill", "refill"])) & (seg["b"] == r)]
-        decodes = seg[(seg["phase"] == "decode") & (seg["a"] <= r) & (seg["b"] >= r)]
-        evicted = seg[(seg["phase"] == "evict") & (seg["a"] == r)]
-        actual.append((sorted(map(str, evicted["request"])),
-                       {str(q): int(c) for q, c in zip(chunks["request"], chunks["tokens"],
-                                                       strict=True)},
-                       sorted(map(str, decodes["request"]))))
+    n = len(checked.iterations)
+    evicted: list[list[str]] = [[] for _ in range(n)]
+    chunks: list[dict[str, int]] = [{} for _ in range(n)]
+    decodes: list[list[str]] = [[] for _ in range(n)]
+    for phase, request, a, b, tokens in zip(seg["phase"], seg["request"], seg["a"], seg["b"],
+                                            seg["tokens"], strict=True):
+        if phase in ("prefill", "refill") and (k := _index(b, n)) is not None:
+            chunks[k][str(request)] = int(tokens)
+        elif phase == "evict" and (k := _index(a, n)) is not None:
+            evicted[k].append(str(request))
+        elif phase == "decode":
+            first, last = _index(a, None), _index(b, None)
+            if first is not None and last is not None:
+                for r in range(max(first, 0), min(last, n - 1) + 1):
+                    decodes[r].append(str(request))
+    actual = [(sorted(e), c, sorted(d)) for e, c, d in zip(evicted, chunks, decodes,
+                                                          strict=True)]
     stated = []
     pending: list[str] = []
     for k, batch in enumerate(plan):

@@ -95,8 +95,8 @@ class Comparison:
     #: the proven ceilings on SLO attainment (None: the instance has no SLOs)
     ceilings: PolicyCeilings | None = None
     interrupted: bool = False  # a stop signal ended the exact solve: its incumbent is shown
-
     prefix_caching: bool = False  # the replays cache prefixes: only bounds holding so count
+    failed: dict[str, str] = field(default_factory=dict)  # policy: why it could not run
 
     @property
     def best_bound(self) -> Bound | None:
@@ -127,7 +127,8 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     ceiling_follows = instance.has_slos
     results: dict[str, Result] = {}
     notes: list[str] = []
-    notes += _replayed(instance, policies, deadline, time_limit_s, progress, results)
+    failed: dict[str, str] = {}
+    notes += _replayed(instance, policies, deadline, time_limit_s, progress, results, failed)
     bounds = family_bounds(instance, _seconds(deadline.share(
         BOUNDS_SHARE if solve_exact or ceiling_follows else 1.0)), progress,
         solver_bounds=optimize)
@@ -178,27 +179,39 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     if ceilings is not None:
         with_ceiling(table, ceilings)
     return Comparison(table, bounds, results, family.replay_time_model, notes, ceilings,
-                      interrupted, instance.system.prefix_caching)
+                      interrupted, instance.system.prefix_caching, failed)
 
 
 def _replayed(instance: Instance, policies: list[str], deadline: Deadline, time_limit_s: float,
-              progress: Progress, results: dict[str, Result],
+              progress: Progress, results: dict[str, Result], failed: dict[str, str],
               schedules: dict[str, Schedule] | None = None) -> list[str]:
     """Replay ``policies`` into ``results`` (and ``schedules``), one at a time, each starting
-    only before ``deadline`` (the first always runs); the note naming those skipped."""
+    only before ``deadline`` (the first always runs); a policy that cannot run the instance
+    (``LlmoptError``: e.g. a prompt no batch of its holds) goes into ``failed`` with the
+    reason, unless none can, which raises the first one's error. The notes naming those
+    skipped and those failed."""
     skipped: list[str] = []
+    first_error: LlmoptError | None = None
     for policy in policies:
         if results and deadline.passed():
             skipped.append(policy)
             continue
         progress.stage(f"replay {policy}")
-        results[policy], schedule = replay_result(instance, policy, progress=progress)
+        try:
+            results[policy], schedule = replay_result(instance, policy, progress=progress)
+        except LlmoptError as exc:
+            failed[policy] = str(exc)
+            first_error = first_error or exc
+            continue
         if schedules is not None:
             schedules[policy] = schedule
-    if not skipped:
-        return []
-    return [f"not replayed: {', '.join(skipped)} (the {time_limit_s:g} s time limit was up; "
-            "a longer --time-limit replays them)"]
+    if not results and first_error is not None:
+        raise first_error
+    notes = [f"could not run {policy}: {reason}" for policy, reason in failed.items()]
+    if skipped:
+        notes.append(f"not replayed: {', '.join(skipped)} (the {time_limit_s:g} s time limit "
+                     "was up; a longer --time-limit replays them)")
+    return notes
 
 
 def _seconds(deadline: Deadline) -> float:
@@ -232,6 +245,7 @@ class PriorityComparison:
     notes: list[str] = field(default_factory=list)
     instances: int = 1  # the model instances the plans and the bound are for
     interrupted: bool = False  # (a stop signal ends the compare as an error here)
+    failed: dict[str, str] = field(default_factory=dict)  # policy: why it could not run
 
 
 def by_g(instance: Instance, policies: list[str], time_limit_s: float,
@@ -248,8 +262,9 @@ def by_g(instance: Instance, policies: list[str], time_limit_s: float,
     notes: list[str] = []
     one_instance = instance.system.instances == 1
     deadline = Deadline.after(time_limit_s)
+    failed: dict[str, str] = {}
     replay_notes = _replayed(instance, policies, deadline, time_limit_s, progress, results,
-                             schedules)
+                             failed, schedules)
     rows += [_replayed_row(policy, schedules[policy], instance) for policy in schedules]
     notes += replay_notes
     bound: float | None = None
@@ -289,7 +304,7 @@ def by_g(instance: Instance, policies: list[str], time_limit_s: float,
         (bound - g) / bound if scored == BY_MODEL and bound else float("nan")
         for g, scored in zip(table["g_per_s"], table["scored_by"], strict=True)]
     return PriorityComparison(table, bound, proof, schedules, results, notes,
-                              instance.system.instances)
+                              instance.system.instances, failed=failed)
 
 
 def _cluster_rows(instance: Instance, schedules: dict[str, Schedule], notes: list[str]
