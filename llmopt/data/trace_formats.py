@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from llmopt.errors import LlmoptWarning, TraceError
 from llmopt.plugins import Registry, load
 
@@ -120,20 +118,20 @@ def read_trace(path: Path, fmt: str = "auto", *, start: int = 0, limit: int | No
     if len(set(frame["id"])) != len(frame):
         dup = frame["id"][frame["id"].duplicated()].iloc[0]
         raise TraceError("duplicate request id", file=path, field="id", value=dup)
-    arrival = frame["arrival_ms"].to_numpy(dtype=float)
-    if np.isnan(arrival).all():
+    arrival = frame["arrival_ms"].astype(float).reset_index(drop=True)
+    if arrival.isna().all():
         times: list[float | None] = [0.0 if timestamps_required else None] * len(frame)
     else:
-        late = np.flatnonzero(np.diff(arrival) < 0)
+        late = (arrival.diff() < 0).to_numpy().nonzero()[0]
         if late.size:
-            row, before = frame.index[late[0] + 1], frame.index[late[0]]
+            row, before = frame.index[late[0]], frame.index[late[0] - 1]
             warnings.warn(f"{path}: row {row} arrives before row {before} (rows counted from "
                           f"0; timestamps out of order); the {len(frame)} selected requests "
                           "are sorted by arrival time, ids keep their file row", TraceWarning,
                           stacklevel=2)
-            order = np.argsort(arrival, kind="stable")
-            frame, arrival = frame.iloc[order], arrival[order]
-        times = [float(t) for t in arrival - arrival[0]]
+            order = arrival.sort_values(kind="stable").index
+            frame, arrival = frame.iloc[order], arrival.iloc[order]
+        times = [float(t) for t in arrival - arrival.iloc[0]]
     rows = [
         {"id": str(i), "input_tokens": int(a), "output_tokens": int(b), "arrival_ms": t}
         for i, a, b, t in zip(frame["id"], frame["input_tokens"], frame["output_tokens"],
