@@ -312,9 +312,11 @@ def energy_bound(data: Data, time_limit_s: float, workers: int) -> int | None:
     return None if out.bound is None else math.floor(out.bound + 1e-6)
 
 
-def hint_plan(md, data: Data, var: dict, N: int, plan: Plan, met: np.ndarray) -> bool:
+def hint_plan(md, data: Data, var: dict, N: int, plan: Plan, met: np.ndarray) -> bool | None:
     """Hint the model with ``plan`` (at most N batches), completed into a full assignment by a
-    short solve with those values fixed; False when the plan does not fit the model."""
+    short solve with those values fixed; False when the plan does not fit the model (the
+    completion is infeasible), None when the completion did not finish in its 2 s (the model
+    is left without hints)."""
     for j, state in enumerate(walk(data, plan), start=1):
         for i in range(data.n):
             md.add_hint(var["c"][i][j], int(state["c"][i]))
@@ -332,8 +334,10 @@ def hint_plan(md, data: Data, var: dict, N: int, plan: Plan, met: np.ndarray) ->
     solver.parameters.fix_variables_to_their_hinted_value = True
     solver.parameters.max_time_in_seconds = 2.0
     solver.parameters.num_workers = 1
-    if solver.solve(md) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return False
+    status = solver.solve(md)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        md.clear_hints()
+        return False if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID) else None
     md.clear_hints()
     for k in range(len(md.proto.variables)):
         v = md.get_int_var_from_proto_index(k)

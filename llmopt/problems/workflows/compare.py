@@ -22,6 +22,7 @@ Each returns the numbers; ``llmopt.report.compare.render`` renders them (markdow
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -114,7 +115,8 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     beside each schedule's (``workflows.ceiling``).
 
     Everything shares ``time_limit_s``: the replays come first, one at a time, each starting
-    only within the limit (the first always runs; a note names those skipped); the bounds get
+    only while the time left is at least what the last one took (the first always runs; a
+    note names those skipped); the bounds get
     ``BOUNDS_SHARE`` of the time left when a solve or the ceiling follows, the exact problem
     half of the rest when the ceiling follows it, and the ceiling the rest (at least
     ``workflows.ceiling.MIN_CEILING_S``). A bound or solve whose time is up gets
@@ -186,19 +188,23 @@ def _replayed(instance: Instance, policies: list[str], deadline: Deadline, time_
               progress: Progress, results: dict[str, Result], failed: dict[str, str],
               schedules: dict[str, Schedule] | None = None) -> list[str]:
     """Replay ``policies`` into ``results`` (and ``schedules``), one at a time, each starting
-    only before ``deadline`` (the first always runs); a policy that cannot run the instance
+    only while what is left before ``deadline`` is at least what the last replay took (the
+    first always runs); a policy that cannot run the instance
     (``LlmoptError``: e.g. a prompt no batch of its holds) goes into ``failed`` with the
     reason, unless none can, which raises the first one's error. The notes naming those
     skipped and those failed."""
     skipped: list[str] = []
     first_error: LlmoptError | None = None
+    last_s = 0.0  # how long the last replay took: the next starts only if that much is left
     for policy in policies:
-        if results and deadline.passed():
+        if results and (deadline.passed() or deadline.left() < last_s):
             skipped.append(policy)
             continue
         progress.stage(f"replay {policy}")
+        started = time.perf_counter()
         try:
             results[policy], schedule = replay_result(instance, policy, progress=progress)
+            last_s = time.perf_counter() - started
         except LlmoptError as exc:
             failed[policy] = str(exc)
             first_error = first_error or exc
