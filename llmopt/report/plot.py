@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -211,6 +212,12 @@ def _draw_raster(ax: Axes, x0, x1, y, code, rows: int, xmax: float) -> None:
     rgba[0, 3] = 0.0
     ax.imshow(rgba[grid], aspect="auto", interpolation="nearest",
               extent=(0, width / scale, rows - 0.5, -0.5), zorder=1)
+
+
+def set_title(ax: Axes, text: str, width: int = 60) -> None:
+    """``text`` as the title, wrapped at ``width`` characters (sweep plots and the CDFs are
+    narrow)."""
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=10)
 
 
 def readable_log_ticks(ax: Axes) -> None:

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from llmopt.data.instance import Instance
-from llmopt.report.plot import readable_log_ticks
+from llmopt.report.plot import readable_log_ticks, set_title
 from llmopt.schedule.metrics import request_latencies
 from llmopt.schedule.schedule import Schedule
 
@@ -104,5 +104,5 @@ def itl_cdf_figure(instance: Instance, schedules: dict[str, Schedule], title: st
         ax.axvline(at, color="black", linestyle="--", linewidth=1,
                    label=f"TPOT target ({at:,.0f} ms)")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(title or f"{instance.name}: inter-token latency (every gap between tokens)")
+    set_title(ax, title or f"{instance.name}: inter-token latency (every gap between tokens)")
     return ax

@@ -7,7 +7,6 @@ Both take a DataFrame as ``pd.read_parquet(OUT / "results.parquet")`` gives it a
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -16,7 +15,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from llmopt.errors import OptionError
-from llmopt.report.plot import readable_log_ticks
+from llmopt.report.plot import readable_log_ticks, set_title
 
 NUMERIC_X = ("rate_scale", "rate_per_s", "count", "clients", "replicas", "kv_capacity",
              "max_batch_tokens", "max_prefill_tokens", "time_limit_s", "bins", "slo_scale")
@@ -116,11 +115,6 @@ def plot_lines(frame: pd.DataFrame, x: str, y: str, hue: str | None = None,
     set_title(ax, title or f"{LABELS.get(y, y)} by {LABELS.get(x, x)}")
     ax.grid(alpha=0.3)
     return ax
-
-
-def set_title(ax: Axes, text: str, width: int = 60) -> None:
-    """``text`` as the title, wrapped at ``width`` characters: a sweep's plot is narrow."""
-    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=10)
 
 
 def _crossed(part: pd.DataFrame, x: str, others: list[str]) -> bool:

@@ -45,7 +45,7 @@ import numpy as np
 
 from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
-from llmopt.data.limits import block_size, resolve_limits
+from llmopt.data.limits import Limits, block_size, resolve_limits
 from llmopt.data.prefix import PrefixIndex
 from llmopt.errors import InstanceError
 from llmopt.problems.base import Bound, Simulation
@@ -58,7 +58,9 @@ VALID_CACHED = ("InferMax cost model, any scheduler with this C, with or without
 CSP_MAX_REQUESTS = 12  # the CSP's bound is computed up to this many requests
 
 
-def infermax_bounds(instance: Instance) -> list[Bound]:
+def _profile_and_budgets(instance: Instance) -> tuple[InferMaxProfile, Limits, int, int]:
+    """The instance's InferMax profile, its limits, C (tokens per batch) and P (prefill
+    tokens per batch, at most C); refused without an infermax profile or a C."""
     profile = instance.profile
     if not isinstance(profile, InferMaxProfile):
         raise InstanceError("the InferMax bound needs an infermax profile",
@@ -68,7 +70,11 @@ def infermax_bounds(instance: Instance) -> list[Bound]:
     if C is None:
         raise InstanceError("the InferMax bound needs C, the tokens per batch",
                             file=instance.label(), field="system.max_batch_tokens")
-    P = min(limits.prefill_tokens or C, C)
+    return profile, limits, C, min(limits.prefill_tokens or C, C)
+
+
+def infermax_bounds(instance: Instance) -> list[Bound]:
+    profile, limits, C, P = _profile_and_budgets(instance)
     inp = instance.input_tokens.astype(float)
     out = instance.output_tokens.astype(float)
     arrival = instance.arrival_ms
@@ -108,16 +114,7 @@ def infermax_bounds(instance: Instance) -> list[Bound]:
 
 def infermax_cached_bound(instance: Instance) -> Bound:
     """``infermax_work_cached`` of the module doc."""
-    profile = instance.profile
-    if not isinstance(profile, InferMaxProfile):
-        raise InstanceError("the InferMax bound needs an infermax profile",
-                            file=instance.label(), field="model", value=profile.name)
-    limits = resolve_limits(instance)
-    C = limits.batch_tokens
-    if C is None:
-        raise InstanceError("the InferMax bound needs C, the tokens per batch",
-                            file=instance.label(), field="system.max_batch_tokens")
-    P = min(limits.prefill_tokens or C, C)
+    profile, _, C, P = _profile_and_budgets(instance)
     B = block_size(instance)
     reach, most = reusable_blocks(instance, B)
     inp = instance.input_tokens.astype(float)

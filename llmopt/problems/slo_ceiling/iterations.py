@@ -55,11 +55,8 @@ def iteration_bound(ob: Obligations, time_limit_s: float = 10.0,
     n = len(chosen)
     if n == 0:
         return IterationBound(0, 0.0, 0, 0, "empty")
-    a = ob.arrival_ms[chosen]
-    first_by = ob.first_by_ms[chosen]
-    has_finish = ~np.isinf(ob.finish_by_ms[chosen])
-    finish_by = np.where(has_finish, ob.finish_by_ms[chosen], first_by)
-    edges = slot_edges(np.unique(np.concatenate([a, first_by, finish_by])), max_slots)
+    a, first_by, finish_by, has_finish, times = ob.windows(chosen)
+    edges = slot_edges(times, max_slots)
     S = len(edges) - 1
     if S < 1:
         return None

@@ -93,6 +93,18 @@ class Obligations:
     def count(self, kind: int) -> int:
         return int(np.count_nonzero(self.kind == kind))
 
+    def windows(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                   np.ndarray, np.ndarray]:
+        """Of the ``chosen`` requests: arrival, first-token deadline, finish deadline (the
+        first-token one where there is none), whether they have a finish deadline, and every
+        one of those times, sorted and distinct (the slot edges before merging)."""
+        a = self.arrival_ms[chosen]
+        first_by = self.first_by_ms[chosen]
+        has_finish = ~np.isinf(self.finish_by_ms[chosen])
+        finish_by = np.where(has_finish, self.finish_by_ms[chosen], first_by)
+        return a, first_by, finish_by, has_finish, np.unique(np.concatenate([a, first_by,
+                                                                             finish_by]))
+
 
 def infermax_profile(instance: Instance) -> InferMaxProfile:
     profile = instance.profile
