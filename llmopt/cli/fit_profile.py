@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from llmopt.cli.common import check_number, check_out_dir, command, out
-from llmopt.data.cost import profile_from_mapping
+from llmopt.data.cost import profile_yaml
 from llmopt.data.cost.fit import infermax_profile_from_profiling
 from llmopt.files import write_atomic
 
@@ -48,8 +47,7 @@ def fit_profile(
         tensor_parallel=tp, hbm_tb_s=hbm_tb_s, peak_tflops=peak_tflops,
         per_prefill_request_ms=per_prefill_request_ms, kv_capacity=kv_capacity,
         max_batch_tokens=max_batch_tokens, source=source or f"fitted to {csv.name}")
-    profile_from_mapping(data, file=csv)
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)
+    text = profile_yaml(data, file=csv)
     if out_file:
         write_atomic(out_file, text)
         out.print(f"wrote {out_file}")

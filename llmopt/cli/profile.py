@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from llmopt.cli.common import check_number, check_out_dir, command, out
 from llmopt.cli.usage import OneLineUsageErrors
-from llmopt.data.cost import profile_from_mapping
+from llmopt.data.cost import profile_yaml
 from llmopt.data.cost.hardware import DTYPES, find_gpu, gpu_table, load_architecture
 from llmopt.data.cost.roofline import (
     Roofline,
@@ -101,8 +100,7 @@ def roofline(
            if v is not None])
     data = roofline_profile(estimate, name=profile_name, model_file=model.name,
                             command=command_line, max_decodes=max_decodes)
-    profile_from_mapping(data, file=out_file)
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)
+    text = profile_yaml(data, file=out_file)
     if out_file:
         write_atomic(out_file, text)
         out.print(f"wrote {out_file}")

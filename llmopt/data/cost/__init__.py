@@ -26,6 +26,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from llmopt.data.cost.base import CostProfile
 from llmopt.data.cost.bilinear import BilinearProfile
 from llmopt.data.cost.infermax import InferMaxProfile
@@ -73,6 +75,13 @@ def profile_from_mapping(data: Any, *, file: str | Path | None, field: str = "")
     return profile
 
 
+def profile_yaml(data: dict[str, Any], *, file: str | Path | None) -> str:
+    """``data`` as a profile file's YAML text, once it is checked to be a valid profile (the
+    errors name ``file``): what ``llmopt profile roofline`` and ``fit-profile`` write."""
+    profile_from_mapping(data, file=file)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)
+
+
 def load_profile(
     ref: str | dict[str, Any], *, base_dir: Path | None = None, file: str | Path | None = None,
     field: str = "model",
@@ -110,4 +119,4 @@ def _find_profile_file(ref: str, base_dir: Path | None) -> Path | None:
 
 __all__ = ["FAMILIES", "BilinearProfile", "CostProfile", "InferMaxProfile", "PangLinearProfile",
            "available_profiles", "load_profile", "models_dirs", "prefill_levels",
-           "profile_from_mapping"]
+           "profile_from_mapping", "profile_yaml"]
