@@ -9,6 +9,7 @@ optimum of an independent shortest-path search over request states.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from llmopt.data.instance import Instance
@@ -103,9 +104,13 @@ def _exact(instance: Instance, M: int, C: int, P: int, ev: Evidence) -> None:
 def _index(value: Any, n: int | None) -> int | None:
     """An iteration index from a segment's ``a``/``b`` column: the integer, None when it is
     missing, not whole or (given ``n``) not one of the ``n`` iterations."""
-    if value is None or value != value or float(value) != int(value):  # NaN: value != value
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
         return None
-    k = int(value)
+    if not math.isfinite(x) or x != int(x):
+        return None
+    k = int(x)
     return k if n is None or 0 <= k < n else None
 
 
