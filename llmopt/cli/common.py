@@ -112,6 +112,15 @@ def check_out_dir(folder: Path, option: str = "--out") -> None:
         raise OptionError(f"{probe} is not writable", field=option, value=str(folder))
 
 
+def write_or_print(text: str, path: Path | None) -> None:
+    """``text`` into ``path`` (atomically, then "wrote PATH"), or to standard output."""
+    if path:
+        write_atomic(path, text)
+        out.print(f"wrote {path}")
+    else:
+        sys.stdout.write(text)
+
+
 def write_solution(result: Result, path: Path, instance: Any) -> Path:
     """``result.write`` to ``path``; if that fails, the whole solution (schedule inline) goes to
     a new file of the current folder and an OptionError says where."""

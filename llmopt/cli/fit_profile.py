@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from llmopt.cli.common import check_number, check_out_dir, command, out
+from llmopt.cli.common import check_number, check_out_dir, command, write_or_print
 from llmopt.data.cost import profile_yaml
 from llmopt.data.cost.fit import infermax_profile_from_profiling
-from llmopt.files import write_atomic
 
 
 @command
@@ -47,9 +45,4 @@ def fit_profile(
         tensor_parallel=tp, hbm_tb_s=hbm_tb_s, peak_tflops=peak_tflops,
         per_prefill_request_ms=per_prefill_request_ms, kv_capacity=kv_capacity,
         max_batch_tokens=max_batch_tokens, source=source or f"fitted to {csv.name}")
-    text = profile_yaml(data, file=csv)
-    if out_file:
-        write_atomic(out_file, text)
-        out.print(f"wrote {out_file}")
-    else:
-        sys.stdout.write(text)
+    write_or_print(profile_yaml(data, file=csv), out_file)

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from llmopt.cli.common import check_number, check_out_dir, command, out
+from llmopt.cli.common import check_number, check_out_dir, command, write_or_print
 from llmopt.cli.usage import OneLineUsageErrors
 from llmopt.data.cost import profile_yaml
 from llmopt.data.cost.hardware import DTYPES, find_gpu, gpu_table, load_architecture
@@ -22,7 +21,7 @@ from llmopt.data.cost.roofline import (
     with_overrides,
 )
 from llmopt.errors import OptionError
-from llmopt.files import is_safe_name, write_atomic
+from llmopt.files import is_safe_name
 
 app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True,
                   help="Build cost profiles without profiling data.")
@@ -100,9 +99,4 @@ def roofline(
            if v is not None])
     data = roofline_profile(estimate, name=profile_name, model_file=model.name,
                             command=command_line, max_decodes=max_decodes)
-    text = profile_yaml(data, file=out_file)
-    if out_file:
-        write_atomic(out_file, text)
-        out.print(f"wrote {out_file}")
-    else:
-        sys.stdout.write(text)
+    write_or_print(profile_yaml(data, file=out_file), out_file)

@@ -174,31 +174,29 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
         interrupted = interrupted or found_cap.interrupted
         notes += found_cap.notes
     skipped: list[str] = []
-    joint = 0 < ob.count(WINDOW) <= JOINT_LP_UP_TO
-    if joint and stopped():
-        skipped.append("the joint LP")
-    elif joint:
-        found_joint = joint_bound(ob, time_limit_s=min(JOINT_LP_TIME_S,
-                                                       deadline - time.perf_counter()))
-        if found_joint is None:
-            notes.append("joint LP: not solved within its time limit")
-        else:
-            bounds["capacity (joint)"] = free + found_joint.met_max
-            proofs["capacity (joint)"] = JOINT_PROOF.format(rule=ob.charge_rule)
-            notes.append(f"joint LP: {found_joint.slots} slots, {found_joint.variables} "
-                         f"variables, certified dual bound {found_joint.lp_value:.6g}")
-    counted = iterations and 0 < ob.count(WINDOW) <= ITERATION_LP_UP_TO
-    if counted and stopped():
-        skipped.append("the iteration LP")
-    elif counted:
-        found_lp = iteration_bound(ob, time_limit_s=min(ITERATION_LP_TIME_S,
-                                                        deadline - time.perf_counter()))
+    window = ob.count(WINDOW)
+    lps = [  # (label, bound's name, whether it runs, the run, its proof)
+        ("joint LP", "capacity (joint)", 0 < window <= JOINT_LP_UP_TO,
+         lambda: joint_bound(ob, time_limit_s=min(JOINT_LP_TIME_S,
+                                                  deadline - time.perf_counter())),
+         JOINT_PROOF.format(rule=ob.charge_rule)),
+        ("iteration LP", "iterations", iterations and 0 < window <= ITERATION_LP_UP_TO,
+         lambda: iteration_bound(ob, time_limit_s=min(ITERATION_LP_TIME_S,
+                                                      deadline - time.perf_counter())),
+         ITERATIONS_PROOF)]
+    for label, name, runs, run, proof in lps:
+        if not runs:
+            continue
+        if stopped():
+            skipped.append(f"the {label}")
+            continue
+        found_lp = run()
         if found_lp is None:
-            notes.append("iteration LP: not solved within its time limit")
+            notes.append(f"{label}: not solved within its time limit")
         else:
-            bounds["iterations"] = free + found_lp.met_max
-            proofs["iterations"] = ITERATIONS_PROOF
-            notes.append(f"iteration LP: {found_lp.slots} slots, {found_lp.variables} "
+            bounds[name] = free + found_lp.met_max
+            proofs[name] = proof
+            notes.append(f"{label}: {found_lp.slots} slots, {found_lp.variables} "
                          f"variables, certified dual bound {found_lp.lp_value:.6g}")
     if exact and simulation is not None and _exact_applies(instance) and stopped():
         skipped.append("the exact model")
