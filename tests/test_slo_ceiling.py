@@ -27,6 +27,7 @@ from llmopt.problems.slo_ceiling.goodput import goodput_ceiling
 from llmopt.problems.slo_ceiling.requests import NEVER, SOLO, WINDOW, obligations
 
 PROPERTY_INSTANCES = 1000  # bench/slo_ceiling.py --property 1000 replays every policy on each
+PREFIX_INSTANCES = 200     # ... with a prefix cache (random_slo_instance(prefix=True))
 
 
 def two_requests(ttft_ms: float, instances: int = 1, **extra) -> dict:
@@ -94,6 +95,48 @@ def test_never_below_the_exact_models_plans():
         if found >= 3:
             break
     assert found >= 3
+
+
+def test_never_below_a_policy_with_a_prefix_cache():
+    """PREFIX_INSTANCES seeded instances with automatic prefix caching (blocks of 1–4 tokens,
+    prompts sharing leading hash blocks in one to three groups): the ceiling is at least what
+    two InferMax-family policies (in turn) meet, and on some of them a policy meets more than
+    the ceiling computed as if every prompt token were computed (the cache is what allows it)."""
+    policies = infermax_policies()
+    violations, checked, beyond_uncached = [], 0, 0
+    for seed in range(PREFIX_INSTANCES):
+        instance = random_slo_instance(seed, prefix=True)
+        chosen = [policies[(2 * seed) % len(policies)], policies[(2 * seed + 1) % len(policies)]]
+        result = check_instance(instance, policies=chosen)
+        checked += len(result.counts)
+        violations += [f"seed {seed}: {v}" for v in result.violations]
+        if result.counts:
+            uncached = attainment_ceiling(instance.with_system(prefix_caching=False),
+                                          iterations=False)
+            beyond_uncached += max(result.counts.values()) > uncached.met_max
+    assert not violations, violations[:5]
+    assert checked > 1.3 * PREFIX_INSTANCES
+    assert beyond_uncached >= 1
+
+
+def test_a_shared_prefix_lets_both_meet_their_ttft():
+    """Two 10-token prompts sharing their first 8 tokens (blocks of 1 token), one prompt per
+    batch (C = 10), TTFT target 5 ms on the tiny profile: without a cache the second prompt ends
+    at 6.4 ms, so at most one meets it; with one the second computes 2 tokens after 8 cached
+    (1 + 0.1·2 + 0.01·(100 − 64) + 0.2 = 1.76 ms) and ends at 4.96 ms: both can, and vllm
+    meets both."""
+    data = two_requests(ttft_ms=5.0)
+    data["system"].update(max_batch_tokens=10, block_size=1)
+    for k, r in enumerate(data["requests"]):
+        r["hash_ids"], r["hash_block_tokens"] = [*range(8), 100 + 10 * k, 101 + 10 * k], 1
+    uncached = instance_from_mapping(data)
+    assert attainment_ceiling(uncached).met_max == 1
+    data["system"]["prefix_caching"] = True
+    cached = instance_from_mapping(data)
+    ceiling = attainment_ceiling(cached)
+    assert ceiling.met_max == 2 == met_count(cached, replay(cached, "vllm"))
+    assert list(obligations(cached).cached_tokens) == [8, 8]
+    assert "prefix caching" in ceiling.valid_under
 
 
 # --------------------------------------------------------------------- hand cases

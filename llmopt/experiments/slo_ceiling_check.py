@@ -43,13 +43,14 @@ def ignores_memory(policy: str) -> bool:
     return POLICIES[policy].hypothetical
 
 
-def random_slo_instance(seed: int, max_requests: int = 60) -> Instance:
+def random_slo_instance(seed: int, max_requests: int = 60, prefix: bool = False) -> Instance:
     """A random instance with SLOs (seeded): 2 to ``max_requests`` requests (mostly few), a
     profile of PROFILES, lengths small or moderate, arrivals offline, Poisson at a light to
     heavy load or on a coarse grid (ties), M from the largest request to loose, C small to
     large, J from 1 to above n, one to three model instances with a random router, and per
     request targets (TTFT, TPOT, E2E, some missing) from below to far above its latency
-    alone."""
+    alone. ``prefix``: automatic prefix caching on, KV blocks of 1 to 4 tokens, and the prompts
+    in one to three groups sharing a run of leading hash blocks (of 1 to 8 tokens)."""
     rng = np.random.default_rng([seed, 32])
     n = int(min(max_requests, 2 + rng.geometric(0.08)))
     profile = PROFILES[int(rng.integers(len(PROFILES)))]
@@ -110,8 +111,28 @@ def random_slo_instance(seed: int, max_requests: int = 60) -> Instance:
         requests.append(req)
     if not any(len(r) > 4 for r in requests):
         requests[0]["ttft_slo_ms"] = round(alone[0][0] * 2, 4)
+    if prefix:
+        _share_prefixes(rng, requests, system)
     return instance_from_mapping({"name": f"slo-ceiling-{seed}", "model": profile,
                                   "system": system, "requests": requests})
+
+
+def _share_prefixes(rng: np.random.Generator, requests: list[dict], system: dict) -> None:
+    """Prefix caching on (blocks of 1–4 tokens) and hash ids: one to three groups, each with
+    a shared run of leading hash blocks, the rest of each prompt its own."""
+    system["prefix_caching"] = True
+    system["block_size"] = int(rng.choice([1, 2, 4]))
+    hash_tokens = int(rng.choice([1, 2, 4, 8]))
+    shared_runs = rng.integers(1, 12, int(rng.integers(1, 4)))
+    fresh = 1000
+    for req in requests:
+        blocks = -(-req["input_tokens"] // hash_tokens)
+        group = int(rng.integers(len(shared_runs)))
+        shared = min(int(shared_runs[group]), blocks)
+        ids = [100 * group + k for k in range(shared)]
+        ids += list(range(fresh, fresh + blocks - shared))
+        fresh += blocks
+        req["hash_ids"], req["hash_block_tokens"] = ids, hash_tokens
 
 
 def met_count(instance: Instance, schedule) -> int:

@@ -472,7 +472,7 @@ class Sola(IterationPolicy):
             if r.status[i] != RUNNING:
                 if r.n_running + len(chunks) >= r.J or not peak.admits(i, free):
                     continue
-                free -= r.S[i]
+                free -= r.admission_kv(i, r.S[i])
             rest = r.S[i] - r.m[i]
             chunks.append((i, rest, r.m[i]))
             total += rest
@@ -763,7 +763,7 @@ class _PeakMemory:
         """Whether waiting request i would pass :meth:`admits` now (nothing is counted)."""
         r = self.r
         need = r.S[i]
-        if need > free:
+        if r.admission_kv(i, need) > free:   # with a prefix cache: whole blocks, less the hit
             return False
         options = self.policy.options
         if math.isinf(r.M) or (options.memory_check == "threshold"

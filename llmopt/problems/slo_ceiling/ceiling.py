@@ -16,7 +16,10 @@ the best of the relaxations that ran within the time limit.
 Valid for every schedule the simulation core can produce under the InferMax cost model with
 the instance's arrivals, M, C and J on its model instances: every InferMax-family policy, every
 plan of batches, any router. With ``memory=False`` the KV rule is left out, and the ceiling
-holds for policies that ignore M (``vllm-unlimited``) too.
+holds for policies that ignore M (``vllm-unlimited``) too. With a prefix cache
+(``system.prefix_caching``) each request is charged its prompt less the leading blocks it shares
+with another request's prompt, the KV rule is left out (blocks shared by running requests count
+once) and the exact model does not run (it computes every prompt token): see ``requests``.
 """
 
 from __future__ import annotations
@@ -50,8 +53,10 @@ JOINT_LP_TIME_S = 10.0
 ITERATION_LP_UP_TO = 80  # ... up to which the iteration LP runs (its rows grow as n × slots)
 ITERATION_LP_TIME_S = 5.0
 VALID_UNDER = ("InferMax cost model; every schedule of the simulation core with these "
-               "arrivals, M, C and J on {replicas} model instance(s): every InferMax-family "
-               "policy{memory}, every plan of batches, any router")
+               "arrivals, M, C and J on {replicas} model instance(s){cache}: every "
+               "InferMax-family policy{memory}, every plan of batches, any router")
+CACHE_TEXT = (" with automatic prefix caching (a request may find cached the leading prompt "
+              "blocks it shares with another request)")
 ALONE_PROOF = ("a request meets its SLO only if it could with the machine to itself: its "
                "prompt takes ⌈I/C⌉ batches, each later token a batch of its own (a decode or "
                "the end of a refill), each paying the bias; other requests and evictions only "
@@ -124,11 +129,6 @@ def _check(instance: Instance, time_limit_s: float) -> None:
             math.isfinite(time_limit_s) and time_limit_s > 0):
         raise OptionError("must be positive and finite", field="time_limit_s",
                           value=time_limit_s)
-    if instance.system.prefix_caching:
-        raise InstanceError("the SLO attainment ceiling charges every request its whole "
-                            "prompt's work; with a prefix cache a request may compute less, "
-                            "so it is not a bound for these replays", file=instance.label(),
-                            field="system.prefix_caching", value=True)
     if not instance.has_slos:
         raise InstanceError("the SLO attainment ceiling needs SLO targets (an slo section or "
                             "ttft_slo_ms/tpot_slo_ms/e2e_slo_ms on the requests)",
@@ -165,6 +165,10 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
     notes: list[str] = []
     if ob.count(NEVER):
         notes.append(f"{ob.count(NEVER)} requests cannot meet their targets even alone")
+    if instance.system.prefix_caching:
+        notes.append(f"prefix caching: each request charged its prompt less the leading "
+                     f"blocks it shares with another ({int(ob.cached_tokens.sum()):,} of "
+                     f"{int(ob.inputs.sum()):,} prompt tokens may be found cached); no KV rule")
     monotone = bounds["alone"]
     if ob.count(WINDOW):
         found_cap = _capacity(instance, ob, memory, free, stopped, deadline)
@@ -214,10 +218,13 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
     method = min(bounds, key=lambda k: (bounds[k], list(bounds).index(k)))
     memory_text = (" that respects M (one ignoring M, such as vllm-unlimited, has a ceiling "
                    "of its own without the KV rule)" if memory
+                   and not instance.system.prefix_caching
                    else " (also those ignoring M, such as vllm-unlimited)")
     return AttainmentCeiling(
         met_max=int(bounds[method]), requests=n, method=method, proof=proofs[method],
-        valid_under=VALID_UNDER.format(replicas=replicas, memory=memory_text),
+        valid_under=VALID_UNDER.format(
+            replicas=replicas, memory=memory_text,
+            cache=CACHE_TEXT if instance.system.prefix_caching else ""),
         runtime_s=time.perf_counter() - t0, bounds=dict(bounds), parts=parts,
         interrupted=interrupted, notes=tuple(notes), monotone_max=monotone,
         replicas=replicas, memory=memory)
@@ -273,7 +280,8 @@ def _capacity(instance: Instance, ob: Obligations, memory: bool, free: int,
 
 
 def _exact_applies(instance: Instance) -> bool:
-    return (instance.num_requests <= MAX_ATTAINMENT_REQUESTS and instance.system.instances == 1)
+    return (instance.num_requests <= MAX_ATTAINMENT_REQUESTS and instance.system.instances == 1
+            and not instance.system.prefix_caching)
 
 
 EXACT_LEAST_S = 0.5  # the exact model is not started with less time left

@@ -28,6 +28,16 @@ least times of ``llmopt.problems.infermax.attainment`` (``_alone_possible``), in
 relative margin here. A request that cannot meet its targets even alone meets them in no
 schedule (other requests and evictions only add time).
 
+Prefix caching (``system.prefix_caching``, ``llmopt.sim.prefix_replica``). A request starting
+finds cached at most the leading full prompt blocks (B tokens each) that some earlier chunk
+computed and keyed, and at most its tokens less one. The chunk that keyed them belongs to a
+request whose prompt has the same leading blocks: so the first pass of request i computes at
+least I − h_i tokens, h_i = B·min(its leading blocks shared with another request's prompt,
+⌊(I − 1)/B⌋), in ⌈(I − h_i)/C⌉ chunks whose c² + 2mc sum to I² − h_i² (the cached KVs are read);
+a refill of I + t tokens finds at most its own full prompt blocks, at most ⌊(I + t − 1)/B⌋ of
+them. Everything else above holds, except the KV rule (blocks shared by running requests count
+once): with a prefix cache it is not used (as if ``memory=False``).
+
 Deadlines. A request meets its SLO when TTFT = first − arrival ≤ target, E2E = finish − arrival
 ≤ target and (finish − first)/(O − 1) ≤ TPOT target, each within MET_TOLERANCE_MS
 (``llmopt.schedule.metrics``). So its first token comes by ``first_by`` = arrival + TTFT target
@@ -45,7 +55,8 @@ import numpy as np
 
 from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
-from llmopt.data.limits import resolve_limits
+from llmopt.data.limits import block_size, resolve_limits
+from llmopt.data.prefix import PrefixIndex
 from llmopt.errors import InstanceError
 
 MET_TOLERANCE_MS = 1e-6   # llmopt.schedule.metrics.MET_TOLERANCE_MS (schedule is above problems)
@@ -79,6 +90,7 @@ class Obligations:
     prompt_batches: np.ndarray     # ⌈I/C⌉
     later_tokens: np.ndarray       # O − 1
     inputs: np.ndarray
+    cached_tokens: np.ndarray      # h: the most a first pass may find cached (0: no cache)
     bias_ms: float
     replicas: int
     charge_rule: str
@@ -119,13 +131,15 @@ def _chunks(tokens: np.ndarray, C: int | None) -> np.ndarray:
 
 
 def _later_parts(p: InferMaxProfile, I: np.ndarray, O: np.ndarray, C: int | None,
-                 charge_decode, charge_refill) -> tuple[np.ndarray, np.ndarray]:
+                 charge_decode, charge_refill, cache: tuple[np.ndarray, int] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(least time alone, least work with charges) of later tokens 1 … O − 1 per request.
-    When per_token ≥ decode_kv a decode is never costlier than a refill (refill − decode ≥
-    (per_token − decode_kv)·(I + t − 1) ≥ 0, charges included): closed forms. Else token by
-    token."""
+    ``cache``: (each request's full prompt blocks, B) with a prefix cache, which a refill may
+    find cached. Without one, when per_token ≥ decode_kv a decode is never costlier than a
+    refill (refill − decode ≥ (per_token − decode_kv)·(I + t − 1) ≥ 0, charges included):
+    closed forms. Else token by token."""
     k = O - 1                                   # later tokens
-    if p.per_token_ms >= p.decode_kv_ms:
+    if p.per_token_ms >= p.decode_kv_ms and cache is None:
         reads = k * I + k * (k - 1) / 2         # Σ_{t=1}^{k} (I + t − 1)
         own = p.per_token_ms * k + p.decode_kv_ms * reads
         return own + p.bias_ms * k, own + charge_decode(I, k)
@@ -135,13 +149,42 @@ def _later_parts(p: InferMaxProfile, I: np.ndarray, O: np.ndarray, C: int | None
         on = k >= t
         ctx = I[on] + t
         decode = p.per_token_ms + p.decode_kv_ms * (ctx - 1)
-        chunks = _chunks(ctx, C)
-        refill = (p.per_token_ms * ctx + p.prefill_attention_ms * ctx ** 2
-                  + p.per_prefill_request_ms * chunks)
+        refill, computed, chunks = _refill(p, ctx, C, cache, on)
         alone[on] += np.minimum(decode + p.bias_ms, refill + p.bias_ms * chunks)
         work[on] += np.minimum(decode + charge_decode(ctx - t, 1, first=t),
-                               refill + charge_refill(ctx, chunks))
+                               refill + charge_refill(computed, chunks))
     return alone, work
+
+
+def _refill(p: InferMaxProfile, ctx: np.ndarray, C: int | None,
+            cache: tuple[np.ndarray, int] | None, on: np.ndarray | slice = slice(None)
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(least own work, tokens computed, chunks) of a refill of ``ctx`` tokens (of the requests
+    ``on``), less what it may find cached (its own full prompt blocks)."""
+    hit = np.zeros(len(ctx)) if cache is None else \
+        np.minimum(cache[0][on], (ctx - 1) // cache[1]) * cache[1]
+    computed = ctx - hit
+    chunks = _chunks(computed, C)
+    return (p.per_token_ms * computed + p.prefill_attention_ms * (ctx ** 2 - hit ** 2)
+            + p.per_prefill_request_ms * chunks), computed, chunks
+
+
+def cacheable(instance: Instance) -> tuple[np.ndarray, np.ndarray, int]:
+    """With a prefix cache (the module doc): per request, h (tokens its first pass may find
+    cached) and its full prompt blocks (what a refill may find), and B."""
+    B = block_size(instance)
+    index = PrefixIndex(instance.requests, B)
+    keys = [index.keys(i) for i in range(instance.num_requests)]
+    found, counts = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *keys]),
+                              return_counts=True)
+    shared = found[counts >= 2]
+    I = instance.input_tokens.astype(np.int64)
+    first = np.zeros(len(keys))
+    for i, k in enumerate(keys):
+        run = np.isin(k, shared)
+        lead = len(run) if run.all() else int(np.argmin(run))
+        first[i] = min(lead, (int(I[i]) - 1) // B) * B
+    return first, np.array([len(k) for k in keys], dtype=float), B
 
 
 def charge_rules(M: int | None, C: int | None) -> list[str]:
@@ -157,14 +200,21 @@ def obligations(instance: Instance, memory: bool = True, charge_rule: str | None
     CHARGE_RULES (default: the one charging the most bias in total)."""
     p = infermax_profile(instance)
     limits = resolve_limits(instance)
-    M = limits.kv_tokens if memory else None
+    caching = bool(instance.system.prefix_caching)
+    M = limits.kv_tokens if memory and not caching else None
     C, J = limits.batch_tokens, int(limits.clients)
     I = instance.input_tokens.astype(float)
     O = instance.output_tokens.astype(float)
     a = instance.arrival_ms.astype(float)
     n = len(I)
-    prefill_chunks = _chunks(I, C)
-    own_prefill = (p.per_token_ms * I + p.prefill_attention_ms * I * I
+    cached = np.zeros(n)
+    cache: tuple[np.ndarray, int] | None = None
+    if caching:
+        cached, own_blocks, B = cacheable(instance)
+        cache = (own_blocks, B)
+    computed = I - cached
+    prefill_chunks = _chunks(computed, C)
+    own_prefill = (p.per_token_ms * computed + p.prefill_attention_ms * (I * I - cached ** 2)
                    + p.per_prefill_request_ms * prefill_chunks)
     first_alone = own_prefill + p.bias_ms * prefill_chunks
 
@@ -179,8 +229,9 @@ def obligations(instance: Instance, memory: bool = True, charge_rule: str | None
         if rule == "1/J":
             return (b * prefill_chunks / J, lambda i, k, first=1: b * k / J,
                     lambda ctx, ch: b * ch / J)
-        if rule == "c/C" and C:
-            return (b * I / C, lambda i, k, first=1: b * k / C, lambda ctx, ch: b * ctx / C)
+        if rule == "c/C" and C:   # c: the tokens computed
+            return (b * computed / C, lambda i, k, first=1: b * k / C,
+                    lambda ctx, ch: b * ctx / C)
         return (np.zeros(n), lambda i, k, first=1: 0.0 * k, lambda ctx, ch: 0.0 * ctx)
 
     rules = charge_rules(M, C) if p.bias_ms > 0 else []
@@ -192,12 +243,11 @@ def obligations(instance: Instance, memory: bool = True, charge_rule: str | None
     elif charge_rule not in (*rules, "none"):
         charge_rule = "none"
     pre_charge, dec_charge, refill_charge = rule_charges(charge_rule)
-    later_alone, later_work = _later_parts(p, I, O, C, dec_charge, refill_charge)
+    later_alone, later_work = _later_parts(p, I, O, C, dec_charge, refill_charge, cache)
     _, own_later = _later_parts(p, I, O, C, lambda i, k, first=1: 0.0 * k,
-                                lambda ctx, ch: 0.0 * ctx)
+                                lambda ctx, ch: 0.0 * ctx, cache)
     least_step = np.minimum(p.per_token_ms + p.decode_kv_ms * I,
-                            p.per_token_ms * (I + 1) + p.prefill_attention_ms * (I + 1) ** 2
-                            + p.per_prefill_request_ms * _chunks(I + 1, C))
+                            _refill(p, I + 1, C, cache)[0])
     prefill_work = own_prefill + pre_charge
 
     ttft, tpot, e2e = (instance.slo_targets(f) for f in ("ttft_slo_ms", "tpot_slo_ms",
@@ -232,6 +282,6 @@ def obligations(instance: Instance, memory: bool = True, charge_rule: str | None
                        later_alone_ms=later_alone, own_prefill_ms=own_prefill * shrink,
                        own_later_ms=np.where(np.isinf(finish_by), 0.0, own_later) * shrink,
                        least_step_ms=least_step * shrink, prompt_batches=prefill_chunks,
-                       later_tokens=O - 1, inputs=I, bias_ms=float(p.bias_ms),
+                       later_tokens=O - 1, inputs=I, cached_tokens=cached, bias_ms=float(p.bias_ms),
                        replicas=int(instance.system.instances),
                        charge_rule=charge_rule, M=M, C=C, J=J)
