@@ -50,6 +50,7 @@ from llmopt.data.instance import Instance
 from llmopt.deadline import NONE, Deadline
 from llmopt.errors import InternalError, OptionError
 from llmopt.problems.base import Simulation
+from llmopt.problems.outcome import decide, keep_better, proof_text
 from llmopt.problems.pang import binpacking, pd_compact, pd_lns, pd_original
 from llmopt.problems.pang.bounds import pd_bounds
 from llmopt.problems.pang.pd_grid import best_grid_plan
@@ -342,11 +343,9 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
             k_max: int | None, packing: Result, formulation: str, backend: str, solver: str,
             time_model: str, literal: bool, t0: float, time_limit_s: float | None,
             simulation: Simulation) -> Result:
-    best_total, best = heuristics.best
-    plan = out.solution if out.solution is not None else best
-    total = plan.total_ms(problem, time_model)
-    if total > best_total + 1e-6:  # keep the better of the solver's plan and the incumbent
-        plan, total = best, best_total
+    total, plan = keep_better(heuristics.best, None if out.solution is None else
+                              (out.solution.total_ms(problem, time_model), out.solution),
+                              tol=1e-6)
     broken = plan.check(problem)
     if broken:
         raise InternalError(f"the {plan.source} plan breaks a rule of the problem: {broken[0]}")
@@ -364,8 +363,8 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
         out.ending == "optimal" or out.bound >= total - 1e-6 * max(1.0, total))
     if solver_proved and all_bins and not literal:
         bound = max(bound, min(out.bound, total))
-        proof = (f"{backend} closed the gap of the {formulation} model with K = {K} ≥ K_max "
-                 f"= {k_max} bins")
+        proof = proof_text(backend, f"closed the gap of the {formulation} model with K = {K} "
+                                    f"≥ K_max = {k_max} bins")
     elif solver_proved:
         notes.append(f"{backend} proved this optimal among schedules with at most {K} prefill "
                      f"stages (K_max = {k_max}); run with --bins {k_max} for a full proof")
@@ -380,8 +379,8 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
             notes.append(f"the replay followed the plan {objective - total:.1f} ms late (the KV "
                          "budget delayed a stage)")
             proof = None
-    status = ("optimal" if proof and abs(objective - bound) <= 1e-6 * max(1.0, objective)
-              else "feasible")
+    verdict = decide(objective, bound, proof=proof, tol=1e-6 * max(1.0, objective),
+                     interrupted=out.interrupted, what="the makespan (ms)")
     data: dict[str, Any] = {
         "formulation": formulation, "bins": K, "time_model": time_model,
         "objective_stage_model_ms": round(plan.total_ms(problem, "stage"), 6),
@@ -395,11 +394,11 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
         **plan.to_data(problem),
     }
     version = version_of(backend)
-    return Result(problem="pd-competition", solver=solver, status=status,
+    return Result(problem="pd-competition", solver=solver, status=verdict.status,
                   objective=round(objective, 3), bound=round(min(bound, objective), 3),
                   runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s,
                   solver_version=f"llmopt {__version__} + {version}", data=data,
-                  proof=proof if status == "optimal" else None, interrupted=out.interrupted,
+                  proof=verdict.proof, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
 
