@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from llmopt.backends.common import Ending
 from llmopt.errors import InternalError
@@ -42,14 +42,22 @@ def beyond(value: float, limit: float, sense: Sense, tol: float = 0.0) -> bool:
 
 
 def keep_better(incumbent: tuple[float, T], candidate: tuple[float, T] | None,
-                sense: Sense = Sense.MIN, tol: float = 0.0) -> tuple[float, T]:
+                sense: Sense = Sense.MIN, tol: float = 0.0, *,
+                ties_to_incumbent: bool = False) -> tuple[float, T]:
     """The incumbent guard: ``candidate`` (a solver's plan, its objective re-evaluated exactly)
-    replaces ``incumbent`` unless it is worse by more than ``tol``; each is (objective, plan)."""
-    if candidate is None or beyond(incumbent[0], candidate[0], sense, tol):
+    replaces ``incumbent`` unless it is worse by more than ``tol`` (with ``ties_to_incumbent``:
+    only when it is better by more than ``tol``); each is (objective, plan)."""
+    if candidate is None:
         return incumbent
-    return candidate
+    if ties_to_incumbent:
+        return candidate if beyond(candidate[0], incumbent[0], sense, tol) else incumbent
+    return incumbent if beyond(incumbent[0], candidate[0], sense, tol) else candidate
 
 
+@overload
+def tighter_bound(known: float, new: float | None, sense: Sense = ...) -> float: ...
+@overload
+def tighter_bound(known: float | None, new: float | None, sense: Sense = ...) -> float | None: ...
 def tighter_bound(known: float | None, new: float | None,
                   sense: Sense = Sense.MIN) -> float | None:
     """The better of two valid bounds (the higher lower bound, the lower upper bound); either
