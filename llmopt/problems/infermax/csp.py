@@ -75,6 +75,7 @@ from llmopt.problems.infermax.data import (
     plan_from_values,
     trajectories,
 )
+from llmopt.problems.outcome import decide, keep_better, proof_text
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.version import __version__
@@ -376,22 +377,22 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                                                       "the model building"), None
     plan = out.solution if out.solution is not None else best_plan
     schedule = replay_plan(instance, plan, simulation)
-    if schedule.makespan_ms > best_ms + 1e-6:  # never worse than the incumbent
+    _, kept = keep_better((best_ms, best_plan), (schedule.makespan_ms, plan), tol=1e-6)
+    if kept is not plan:  # never worse than the incumbent
         plan, schedule = best_plan, replay_plan(instance, best_plan, simulation)
     objective = schedule.makespan_ms
     notes = [f"N = {N} batches; N_max = {n_max}", f"best heuristic: {best_name}"]
     if not data.exact:
         notes.append("cost coefficients rounded to 1e-12 ms in the model")
-    # the model's optimum bounds every schedule of N batches; the replayed plan is optimal
-    # when it meets that bound
-    proved = bound_ms is not None and bound_ms >= objective * (1 - 1e-9)
-    status, proof, bound = "feasible", None, None
-    if proved and n_max <= N and data.exact:
-        status, bound = "optimal", objective
-        proof = f"{backend} proved the CSP optimal with N = {N} ≥ N_max = {n_max} batches"
-    elif bound_ms is not None and n_max <= N and data.exact:
-        bound = min(bound_ms, objective)
-    elif proved:
+    # the model's optimum bounds every schedule of N batches: with N ≥ N_max every schedule,
+    # and the replayed plan is optimal when it meets that bound
+    tol = 1e-9 * objective
+    complete = n_max <= N and data.exact
+    verdict = decide(objective, bound_ms if complete else None, proof=proof_text(
+        backend, f"proved the CSP optimal with N = {N} ≥ N_max = {n_max} batches"),
+        tol=tol, interrupted=out.interrupted, what="the replayed makespan (ms)")
+    bound = objective if verdict.optimal else verdict.bound
+    if not complete and bound_ms is not None and objective - bound_ms <= tol:
         notes.append(f"{backend} proved this optimal among schedules of at most {N} batches "
                      f"(N_max = {n_max}); run with --bins {n_max} for a full proof")
     metrics = schedule.metrics(instance)  # with SLOs, their attainment too
@@ -401,11 +402,11 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         "plan": plan,
     }
     version = version_of(backend)
-    return Result(problem="infermax-csp", solver=solver, status=status,
+    return Result(problem="infermax-csp", solver=solver, status=verdict.status,
                   objective=round(objective, 6), bound=None if bound is None else
                   round(bound, 6), runtime_s=time.perf_counter() - t0,
                   time_limit_s=time_limit_s, solver_version=f"llmopt {__version__} + {version}",
-                  data=data_out, proof=proof, interrupted=out.interrupted,
+                  data=data_out, proof=verdict.proof, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
 
