@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,7 +78,7 @@ from llmopt.problems.infermax.data import (
 )
 from llmopt.problems.outcome import decide, keep_better, proof_text
 from llmopt.progress import SILENT, Progress
-from llmopt.result import Result
+from llmopt.result import Result, ScheduleData
 from llmopt.version import __version__
 
 if TYPE_CHECKING:
@@ -396,11 +397,9 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         notes.append(f"{backend} proved this optimal among schedules of at most {N} batches "
                      f"(N_max = {n_max}); run with --bins {n_max} for a full proof")
     metrics = schedule.metrics(instance)  # with SLOs, their attainment too
-    data_out = {
-        "mode": "continuous", "clients": instance.total_clients, "batches": N,
-        "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},
-        "plan": plan,
-    }
+    data_out = CspPlan(mode="continuous", metrics=metrics, clients=instance.total_clients,
+                       batches=N, heuristics={name: round(ms, 6) for ms, name, _ in heur},
+                       plan=plan)
     version = version_of(backend)
     return Result(problem="infermax-csp", solver=solver, status=verdict.status,
                   objective=round(objective, 6), bound=None if bound is None else
@@ -409,6 +408,22 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                   data=data_out, proof=verdict.proof, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
+
+
+@dataclass
+class CspPlan(ScheduleData):
+    """An infermax-csp solution's data (``Result.data``): besides the schedule's mode and
+    metrics, the clients, N (the model's batches), each heuristic's makespan (ms) and the plan
+    (one row per batch: evictions, prefill chunks, decodes), which ``--policy plan`` follows."""
+
+    clients: int
+    batches: int
+    heuristics: dict[str, float]
+    plan: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "clients": self.clients, "batches": self.batches,
+                "metrics": self.metrics, "heuristics": self.heuristics, "plan": self.plan}
 
 
 def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, Any]],

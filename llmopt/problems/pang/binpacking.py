@@ -36,14 +36,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmopt.backends.common import Footprint, Outcome
 from llmopt.data.cost import PangLinearProfile
 from llmopt.data.instance import Instance
-from llmopt.errors import ProfileError
+from llmopt.errors import InternalError, ProfileError
 from llmopt.plugins import load
 from llmopt.problems.outcome import decide, keep_better, meets_bound, proof_text
 from llmopt.problems.pang import (
@@ -781,10 +781,36 @@ def _result(bp: BinPacking, assign: np.ndarray, bound: _Bound, solver: str,
         proof=verdict.proof,
         interrupted=interrupted,
         notes=notes or [],
-        data={
-            "t_round_ms": bp.ms_per_unit,
-            "assignment": {rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
-            "loads": [bp.to_ms(x) for x in loads],
-            "lower_bound": {"name": bound.name, "tokens": int(bound.tokens)},
-        },
+        data=PackingData(
+            t_round_ms=bp.ms_per_unit,
+            assignment={rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
+            loads=[bp.to_ms(x) for x in loads],
+            lower_bound_name=bound.name, lower_bound_tokens=int(bound.tokens),
+        ),
     )
+
+
+@dataclass
+class PackingData:
+    """A bin packing's solution data (``Result.data``): t_round (ms per decode round), each
+    request's client, each client's load (ms) and the lower bound behind the result's bound
+    (the stable name of what proves it and its tokens; the validator recomputes it)."""
+
+    t_round_ms: float
+    assignment: dict[str, int]
+    loads: list[float]
+    lower_bound_name: str
+    lower_bound_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_round_ms": self.t_round_ms, "assignment": self.assignment,
+                "loads": self.loads,
+                "lower_bound": {"name": self.lower_bound_name,
+                                "tokens": self.lower_bound_tokens}}
+
+
+def packing_data(packing: Result) -> PackingData:
+    """The typed data of a bin-packing result (an infeasible one has none: a bug for J ≥ 1)."""
+    if not isinstance(packing.data, PackingData):
+        raise InternalError(f"a bin packing without its data (status {packing.status})")
+    return packing.data

@@ -62,7 +62,7 @@ from llmopt.problems.pang.pd_plan import (
     stage_schedule,
 )
 from llmopt.progress import SILENT, Progress
-from llmopt.result import Result
+from llmopt.result import Result, ScheduleData
 from llmopt.signals import sigint_sets
 from llmopt.version import __version__
 
@@ -175,7 +175,7 @@ def decode_packing(instance: Instance, deadline: Deadline, progress: Progress = 
 def decode_lower_bound(packing: Result) -> int:
     """The bin-packing optimum (or its proven bound) in tokens: no schedule's decode axis is
     shorter, since each client's requests occupy disjoint intervals of it."""
-    return round((packing.bound or 0) / packing.data["t_round_ms"])
+    return round((packing.bound or 0) / binpacking.packing_data(packing).t_round_ms)
 
 
 def max_useful_bins(problem: PDProblem, model: str, upper_ms: float, d_lb: int) -> int:
@@ -381,18 +381,15 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
             proof = None
     verdict = decide(objective, bound, proof=proof, tol=1e-6 * max(1.0, objective),
                      interrupted=out.interrupted, what="the makespan (ms)")
-    data: dict[str, Any] = {
-        "formulation": formulation, "bins": K, "time_model": time_model,
-        "objective_stage_model_ms": round(plan.total_ms(problem, "stage"), 6),
-        "objective_replay_ms": round(replayed.makespan_ms, 6),
-        "prefill_stages": plan.prefill_stages(), "decode_rounds": plan.decode_end(problem),
-        "heuristics": {p.source.removeprefix("replay "): round(t, 6)
-                       for t, p in heuristics.plans},
-        "bounds": {b.name: b.value_ms for b in global_bounds},
-        "mode": "pd_competition", "clients": problem.clients,
-        "metrics": schedule.metrics(),
-        **plan.to_data(problem),
-    }
+    data = CompetitionPlan(
+        mode="pd_competition", metrics=schedule.metrics(), formulation=formulation, bins=K,
+        time_model=time_model,
+        objective_stage_model_ms=round(plan.total_ms(problem, "stage"), 6),
+        objective_replay_ms=round(replayed.makespan_ms, 6),
+        prefill_stages=plan.prefill_stages(), decode_rounds=plan.decode_end(problem),
+        heuristics={p.source.removeprefix("replay "): round(t, 6) for t, p in heuristics.plans},
+        bounds={b.name: b.value_ms for b in global_bounds}, clients=problem.clients,
+        plan=plan.to_data(problem))
     version = version_of(backend)
     return Result(problem="pd-competition", solver=solver, status=verdict.status,
                   objective=round(objective, 3), bound=round(min(bound, objective), 3),
@@ -403,13 +400,43 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
                   schedule=schedule)
 
 
+@dataclass
+class CompetitionPlan(ScheduleData):
+    """A pd-competition solution's data (``Result.data``): besides the schedule's mode and
+    metrics, the formulation, K (bins), the time model, the plan's total under the stage model
+    and replayed (ms), its prefill stages and decode rounds, each heuristic's total and each
+    global bound (ms), the clients, and the plan itself (``Plan.to_data``: assignment, order,
+    stages)."""
+
+    formulation: str
+    bins: int
+    time_model: str
+    objective_stage_model_ms: float
+    objective_replay_ms: float
+    prefill_stages: int
+    decode_rounds: int
+    heuristics: dict[str, float]
+    bounds: dict[str, float]
+    clients: int
+    plan: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"formulation": self.formulation, "bins": self.bins,
+                "time_model": self.time_model,
+                "objective_stage_model_ms": self.objective_stage_model_ms,
+                "objective_replay_ms": self.objective_replay_ms,
+                "prefill_stages": self.prefill_stages, "decode_rounds": self.decode_rounds,
+                "heuristics": self.heuristics, "bounds": self.bounds, "mode": self.mode,
+                "clients": self.clients, "metrics": self.metrics, **self.plan}
+
+
 def describe(result: Result) -> list[str]:
     """What ``llmopt solve`` prints of a PD-competition result beside its status and bound:
     the plan's size, its total under both time models, and the heuristics'."""
     d = result.data
-    if "objective_replay_ms" not in d:
+    if not isinstance(d, CompetitionPlan):
         return []
-    return [f"{d['prefill_stages']} prefill stages, {d['decode_rounds']} decode rounds; "
-            f"stage model {d['objective_stage_model_ms']:,.1f} ms, replayed with "
-            f"batch-dependent rounds {d['objective_replay_ms']:,.1f} ms",
-            "heuristics: " + ", ".join(f"{k} {v:,.1f}" for k, v in d["heuristics"].items())]
+    return [f"{d.prefill_stages} prefill stages, {d.decode_rounds} decode rounds; "
+            f"stage model {d.objective_stage_model_ms:,.1f} ms, replayed with "
+            f"batch-dependent rounds {d.objective_replay_ms:,.1f} ms",
+            "heuristics: " + ", ".join(f"{k} {v:,.1f}" for k, v in d.heuristics.items())]

@@ -485,7 +485,7 @@ def _verdict(pool: Pool, batches: list[list[int]], bound: float | None, proof: s
 def _result(pool: Pool, solver: str, verdict: Verdict, batches: list[list[int]],
             version: str, t0: float, time_limit_s: float | None, *,
             interrupted: bool = False, notes: list[str] | None = None) -> Result:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for b in sorted(batches, key=lambda b: -pool.batch_ms(b)):
         length = int(pool.lengths[b].max())
         rows.append({"requests": [pool.ids[k] for k in b], "size": len(b),
@@ -500,9 +500,24 @@ def _result(pool: Pool, solver: str, verdict: Verdict, batches: list[list[int]],
         objective=round(pool.total_ms(batches), 6), bound=verdict.bound,
         runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s, solver_version=version,
         proof=verdict.proof, interrupted=interrupted, notes=notes or [],
-        data={"slice_length": pool.slice_length, "memory_rule": pool.profile.memory_rule,
-              "max_size": pool.max_size, "batches": rows},
+        data=BatchingData(pool.slice_length, pool.profile.memory_rule, pool.max_size, rows),
     )
+
+
+@dataclass
+class BatchingData:
+    """An SCLS batching's solution data (``Result.data``): the slice length S, the memory rule
+    and batch-size cap it ran with, and one row per batch, longest serve first (its requests,
+    size, padded input length, pad tokens, serve time, KV GiB and N_max)."""
+
+    slice_length: int
+    memory_rule: str
+    max_size: int | None
+    batches: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slice_length": self.slice_length, "memory_rule": self.memory_rule,
+                "max_size": self.max_size, "batches": self.batches}
 
 
 __all__ = ["BRUTE_MAX", "DEFAULT_SLICE_LENGTH", "FORMULATIONS", "SOLVERS", "Pool",

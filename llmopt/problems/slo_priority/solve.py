@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from llmopt.backends.cpsat import version as cpsat_version
 from llmopt.data.instance import Instance
-from llmopt.errors import InstanceError, LlmoptWarning, OptionError
+from llmopt.errors import InstanceError, InternalError, LlmoptWarning, OptionError
 from llmopt.problems.outcome import Sense, decide, keep_better, proof_text, tighter_bound
 from llmopt.problems.slo_priority import exhaustive, sa
 from llmopt.problems.slo_priority.exact import (
@@ -190,10 +191,42 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         runtime_s=time.perf_counter() - t_start, time_limit_s=time_limit_s,
         solver_version=version, proof=verdict.proof,
         interrupted=interrupted, notes=notes,
-        data={"g_per_s": g, "g_bound_per_s": bound_g, "n_met": best.n_met,
-              "total_latency_ms": best.total_ms, "max_batch": data.max_batch,
-              "unmeetable": data.unmeetable, "warnings": data.warnings,
-              **plan_data(data, best), **detail})
+        data=PriorityPlan(g_per_s=g, g_bound_per_s=bound_g, n_met=best.n_met,
+                          total_latency_ms=best.total_ms, max_batch=data.max_batch,
+                          unmeetable=data.unmeetable, warnings=data.warnings,
+                          plan=plan_data(data, best), runs=detail))
+
+
+@dataclass
+class PriorityPlan:
+    """An slo-priority solution's data (``Result.data``): G (eq 2, requests/s) and its proven
+    upper bound, the requests meeting their SLOs and the total latency t (ms) of the plan, the
+    batch cap, the requests that miss their SLO even alone, the instance's warnings, the plan
+    (``plan_data``: batches, priority, one row per request) and what each search ran
+    (``runs``: "sa", and "exhaustive" or "cpsat")."""
+
+    g_per_s: float
+    g_bound_per_s: float
+    n_met: int
+    total_latency_ms: float
+    max_batch: int
+    unmeetable: list[str]
+    warnings: list[str]
+    plan: dict[str, Any]
+    runs: dict[str, dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"g_per_s": self.g_per_s, "g_bound_per_s": self.g_bound_per_s,
+                "n_met": self.n_met, "total_latency_ms": self.total_latency_ms,
+                "max_batch": self.max_batch, "unmeetable": self.unmeetable,
+                "warnings": self.warnings, **self.plan, **self.runs}
+
+
+def priority_plan(result: Result) -> PriorityPlan:
+    """The typed data of an slo-priority result."""
+    if not isinstance(result.data, PriorityPlan):
+        raise InternalError(f"not an slo-priority result: {result.problem} ({result.solver})")
+    return result.data
 
 
 def cpsat_proof(out: ExactOutcome, method: str = "parametric") -> str:
