@@ -9,14 +9,21 @@ Solution JSON (a public contract; these keys are kept)::
      problems with a schedule: "metrics" and "schedule": {file, sha256, segments,
      iterations}, the name of the Parquet file with the segments and the iteration log)}
 
+The problem-specific keys come from ``Result.data``, a :class:`SolutionData`: each family's
+class (``binpacking.PackingData``, ``partition.BatchingData``, ``slo_priority.solve.
+PriorityPlan``, ``csp.CspPlan``, ``pd_competition.CompetitionPlan``, ``replay.ReplayData``,
+``slice.replay.SliceReplayData``) names them once, in its ``to_json``.
+
 Status vocabulary: ``optimal`` (proven: objective == bound within tolerance), ``feasible``
-(incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``.
+(incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``;
+``llmopt.problems.outcome`` decides it for the exact solvers.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -110,7 +117,7 @@ class Result:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}")
-        if isinstance(self.data, dict):  # a plugin's untyped data
+        if isinstance(self.data, Mapping):  # a plugin's untyped data
             self.data = Fields(dict(self.data))
 
     @property
