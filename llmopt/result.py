@@ -117,6 +117,9 @@ class Result:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}")
+        if self.status == "optimal" and not self.proof:
+            raise ValueError("status optimal without a proof (llmopt.problems.outcome.decide "
+                             "gives a status and its proof)")
         if isinstance(self.data, Mapping):  # a plugin's untyped data
             self.data = Fields(dict(self.data))
 

@@ -44,3 +44,9 @@ def test_keys_are_the_solution_files():
     assert routed.to_json()["unlimited_memory"] is True
     out = result(packing).to_dict(type("I", (), {"name": "i", "sha256": "x"})())
     assert out["lower_bound"] == {"name": "mt_l2", "tokens": 2} and out["loads"] == [1.0, 0.5]
+
+
+def test_no_optimal_result_without_a_proof():
+    with pytest.raises(ValueError, match="without a proof"):
+        Result("p", "s", "optimal", 1.0, 1.0, 0.0, None, "v")
+    assert Result("p", "s", "optimal", 1.0, 1.0, 0.0, None, "v", proof="enumeration").proof
