@@ -50,7 +50,7 @@ from llmopt.data.instance import Instance
 from llmopt.deadline import NONE, Deadline
 from llmopt.errors import InternalError, OptionError
 from llmopt.problems.base import Simulation
-from llmopt.problems.outcome import decide, keep_better, proof_text
+from llmopt.problems.outcome import decide, keep_better, proof_text, tighter_bound
 from llmopt.problems.pang import binpacking, pd_compact, pd_lns, pd_original
 from llmopt.problems.pang.bounds import pd_bounds
 from llmopt.problems.pang.pd_grid import best_grid_plan
@@ -362,14 +362,14 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
     solver_proved = out.bound is not None and (
         out.ending == "optimal" or out.bound >= total - 1e-6 * max(1.0, total))
     if solver_proved and all_bins and not literal:
-        bound = max(bound, min(out.bound, total))
+        bound = tighter_bound(bound, min(out.bound, total))
         proof = proof_text(backend, f"closed the gap of the {formulation} model with K = {K} "
                                     f"≥ K_max = {k_max} bins")
     elif solver_proved:
         notes.append(f"{backend} proved this optimal among schedules with at most {K} prefill "
                      f"stages (K_max = {k_max}); run with --bins {k_max} for a full proof")
     elif out.bound is not None and all_bins and not literal:
-        bound = max(bound, out.bound)
+        bound = tighter_bound(bound, out.bound)
     replayed = simulation.follow(instance, plan.to_data(problem))
     if time_model == "stage":
         schedule, objective = stage_schedule(problem, plan), total
