@@ -9,20 +9,27 @@ Solution JSON (a public contract; these keys are kept)::
      problems with a schedule: "metrics" and "schedule": {file, sha256, segments,
      iterations}, the name of the Parquet file with the segments and the iteration log)}
 
+The problem-specific keys come from ``Result.data``, a :class:`SolutionData`: each family's
+class (``binpacking.PackingData``, ``partition.BatchingData``, ``slo_priority.solve.
+PriorityPlan``, ``csp.CspPlan``, ``pd_competition.CompetitionPlan``, ``replay.ReplayData``,
+``slice.replay.SliceReplayData``) names them once, in its ``to_json``.
+
 Status vocabulary: ``optimal`` (proven: objective == bound within tolerance), ``feasible``
-(incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``.
+(incumbent, bound may be weaker), ``infeasible``, ``time_limit_no_solution``, ``error``;
+``llmopt.problems.outcome`` decides it for the exact solvers.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from llmopt.errors import SolutionFileError
+from llmopt.errors import InternalError, SolutionFileError
 from llmopt.files import load_json_mapping, sidecar_name, write_atomic
 from llmopt.plugins import load
 from llmopt.version import __version__
@@ -58,6 +65,37 @@ def relative_gap(objective: float | None, bound: float | None) -> float | None:
     return max(objective - bound, 0.0) / abs(objective)
 
 
+class SolutionData(Protocol):
+    """The problem-specific part of a solution (``Result.data``): typed fields, written as the
+    solution file's problem-specific keys by :meth:`to_json` (those keys are a public
+    contract: a family's class names them once)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The keys and values written into the solution file, in their order."""
+        ...
+
+
+@dataclass
+class Fields:
+    """Problem data without a class of its own (a plugin's problem, which may pass a plain
+    dict as ``Result.data``; :class:`Result` wraps it in this)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+@dataclass
+class ScheduleData:
+    """What every solution with a timed schedule carries: its ``mode`` (a :class:`Mode`
+    value: how its batches were formed) and the schedule's ``metrics`` (ms, and SLO shares
+    when the instance has SLOs). Families with a schedule extend it."""
+
+    mode: str
+    metrics: dict[str, float]
+
+
 @dataclass
 class Result:
     """Outcome of solving one problem on one instance. Times in ms unless named otherwise."""
@@ -70,7 +108,7 @@ class Result:
     runtime_s: float
     time_limit_s: float | None
     solver_version: str
-    data: dict[str, Any] = field(default_factory=dict)
+    data: SolutionData = field(default_factory=Fields)
     proof: str | None = None
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
@@ -79,6 +117,28 @@ class Result:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}")
+        if self.status == "optimal" and not self.proof:
+            raise ValueError("status optimal without a proof (llmopt.problems.outcome.decide "
+                             "gives a status and its proof)")
+        if isinstance(self.data, Mapping):  # a plugin's untyped data
+            self.data = Fields(dict(self.data))
+
+    @property
+    def metrics(self) -> dict[str, float] | None:
+        """The schedule's metrics, for a result with a schedule (None otherwise)."""
+        if isinstance(self.data, ScheduleData):
+            return self.data.metrics
+        if isinstance(self.data, Fields):
+            found: dict[str, float] | None = self.data.values.get("metrics")
+            return found
+        return None
+
+    def schedule_metrics(self) -> dict[str, float]:
+        """:attr:`metrics` of a result that has a schedule (a replay, a plan): a bug without."""
+        found = self.metrics
+        if found is None:
+            raise InternalError(f"{self.problem} ({self.solver}) has no schedule metrics")
+        return found
 
     @property
     def gap(self) -> float | None:
@@ -108,7 +168,7 @@ class Result:
             out["interrupted"] = True
         if self.notes:
             out["notes"] = list(self.notes)
-        out.update(self.data)
+        out.update(self.data.to_json())
         if self.schedule is not None and inline_schedule:
             out["segments"] = self.schedule.segments_records()
             out["iterations"] = self.schedule.iterations_columns()

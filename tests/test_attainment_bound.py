@@ -71,7 +71,7 @@ def policy_counts(instance) -> dict[str, int]:
             result, _ = replay_result(instance, name)
         except LlmoptError:
             continue
-        counts[name] = round(result.data["metrics"]["attainment"] * instance.num_requests)
+        counts[name] = round(result.metrics["attainment"] * instance.num_requests)
     return counts
 
 
@@ -251,7 +251,7 @@ def test_no_policy_beats_the_bound(n, seed):
 def _replayed_count(inst, bound: AttainmentBound) -> int:
     result, _ = replay_result(inst, "plan", plan=bound.plan)
     assert validate_solution(inst, result.to_dict(inst)) == []
-    return round(result.data["metrics"]["attainment"] * inst.num_requests)
+    return round(result.metrics["attainment"] * inst.num_requests)
 
 
 @pytest.mark.parametrize(("n", "seed"), [(5, 0), (6, 1), (6, 3)])

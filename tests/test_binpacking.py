@@ -164,7 +164,7 @@ def test_named_solvers_return_the_optimum_their_start_already_proves(solver):
     inst = gsm8k_like(1319, 200, 0)
     r = solve(inst, "binpacking", solver, time_limit_s=30)
     best = solve(inst, "binpacking", "auto", time_limit_s=30)
-    assert best.status == "optimal" and best.data["lower_bound"]["name"] == "ceil(sum/J)"
+    assert best.status == "optimal" and best.data.lower_bound_name == "ceil(sum/J)"
     assert r.status == "optimal" and r.objective == pytest.approx(best.objective)
     assert any("not run" in n for n in r.notes)
     assert validate_solution(inst, r.to_dict(inst)) == []

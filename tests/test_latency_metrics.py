@@ -79,7 +79,7 @@ def test_identities_and_the_validator(instance, policy) -> None:
     queue = schedule.queueing_delays().reindex(req.index)
     ttft = req["first_token_ms"] - req["arrival_ms"]
     assert (queue >= -1e-9).all() and (queue <= ttft + 1e-9).all()
-    m = result.data["metrics"]
+    m = result.metrics
     assert set(LATENCY_METRICS) <= set(m)
     for name in ("ttft", "tpot", "e2e", "queue", "itl"):
         ordered = [m[f"{name}_p{q}_ms"] for q in (50, 90, 95, 99)]
@@ -141,6 +141,6 @@ def test_sweeps_carry_the_new_metrics(tmp_path) -> None:
                     "goodput_rps]\n")
     table = run_sweep(load_sweep(path), tmp_path / "out", engine="serial").table
     inst = load_instance(TOY / "slo-chat.yaml")
-    direct = replay_result(inst, "sarathi")[0].data["metrics"]
+    direct = replay_result(inst, "sarathi")[0].metrics
     for key in ("itl_p95_ms", "queue_p50_ms", "ttft_p90_ms", "requests_per_s", "goodput_rps"):
         assert table[key].iloc[0] == pytest.approx(direct[key])

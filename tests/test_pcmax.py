@@ -156,8 +156,8 @@ def test_non_uniform_shape_is_packed_at_the_bound():
         inst = make_instance(weights, 5)
         r = solve(inst, "binpacking", "auto", time_limit_s=60)
         assert r.status == "optimal" and "cardinality CP-SAT" in r.proof
-        assert max(r.data["loads"]) == pytest.approx(r.bound)
-        assert r.data["lower_bound"]["name"] in pb.BOUNDS
+        assert max(r.data.loads) == pytest.approx(r.bound)
+        assert r.data.lower_bound_name in pb.BOUNDS
         assert validate_solution(inst, r.to_dict(inst)) == []
 
 
@@ -178,16 +178,17 @@ def test_solution_names_its_bound_and_the_validator_rechecks_it():
     outputs = [*(int(x) for x in rng.integers(450, 501, 29)), 20]
     inst = make_instance(outputs, 6)
     r = solve(inst, "binpacking", "auto", time_limit_s=30)
-    cert = r.data["lower_bound"]
+    name, tokens = r.data.lower_bound_name, r.data.lower_bound_tokens
     assert r.status == "optimal" and r.proof
-    assert cert["name"] in (*pb.BOUNDS, "complete search")
-    assert r.bound == pytest.approx(cert["tokens"] * r.data["t_round_ms"])
-    if cert["name"] in pb.BOUNDS:
-        assert recompute_bound(cert["name"], outputs, 6) == cert["tokens"]
-    assert max(r.data["loads"]) == pytest.approx(r.bound)
+    assert name in (*pb.BOUNDS, "complete search")
+    assert r.bound == pytest.approx(tokens * r.data.t_round_ms)
+    if name in pb.BOUNDS:
+        assert recompute_bound(name, outputs, 6) == tokens
+    assert max(r.data.loads) == pytest.approx(r.bound)
     sol = r.to_dict(inst)
     assert validate_solution(inst, sol) == []
-    sol["lower_bound"] = {"name": cert["name"], "tokens": cert["tokens"] + 1}
+    assert sol["lower_bound"] == {"name": name, "tokens": tokens}  # the file's keys
+    sol["lower_bound"] = {"name": name, "tokens": tokens + 1}
     reasons = validate_solution(inst, sol)
     assert reasons and any("lower_bound" in x for x in reasons)
 
@@ -198,8 +199,8 @@ def test_time_limit_zero_returns_lpt_and_the_closed_form_bound_at_once():
     # LPT: 512 447 403 381 one per client; 344→381, 310→403, 276→447, 228→512, 160→713,
     # 137→723, 95→725, 59→740: loads 799 860 873 820, makespan 873 > ceil(3352/4) = 838
     assert r.status == "feasible"
-    assert r.data["lower_bound"] == {"name": "ceil(sum/J)", "tokens": 838}
-    assert max(r.data["loads"]) == pytest.approx(873 * r.data["t_round_ms"])
+    assert (r.data.lower_bound_name, r.data.lower_bound_tokens) == ("ceil(sum/J)", 838)
+    assert max(r.data.loads) == pytest.approx(873 * r.data.t_round_ms)
     assert validate_solution(inst, r.to_dict(inst)) == []
     with pytest.raises(OptionError, match="0 or positive"):
         solve(inst, "binpacking", "auto", time_limit_s=-1)
@@ -211,7 +212,7 @@ def test_complete_search_proof_is_named_as_such():
     inst = make_instance([512, 447, 403, 381, 344, 310, 276, 228, 160, 137, 95, 59], 4)
     r = solve(inst, "binpacking", "auto", time_limit_s=60)
     assert r.status == "optimal"
-    assert r.data["lower_bound"] == {"name": "complete search", "tokens": 847}
+    assert (r.data.lower_bound_name, r.data.lower_bound_tokens) == ("complete search", 847)
     assert "bin completion" in r.proof
     assert validate_solution(inst, r.to_dict(inst)) == []
 

@@ -209,7 +209,7 @@ def test_bundled_profile_solves_and_replays_the_slo_instances(name) -> None:
                 assert validate_solution(inst, solved.to_dict(inst)) == []
         result, _ = replay_result(inst, "sarathi")
         assert validate_solution(inst, result.to_dict(inst)) == []
-        assert 0 <= result.data["metrics"]["attainment"] <= 1
+        assert 0 <= result.metrics["attainment"] <= 1
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "models").is_dir(), reason="../shared/data is absent")

@@ -73,12 +73,12 @@ def test_fig11_totals_within_5_percent():
 def test_fig11_dp_chooses_the_split():
     inst = load_instance(TOY / "scls-fig11.yaml")
     result = solve(inst, "scls-batching", "dp")
-    sizes = sorted(b["size"] for b in result.data["batches"])
+    sizes = sorted(b["size"] for b in result.data.batches)
     assert sizes == [1, 15]
     expected = hand_serve_ms(15, 10, 128) + hand_serve_ms(1, 1024, 128)
     assert result.objective == pytest.approx(expected, rel=1e-9)
     assert result.status == "optimal"
-    long_batch = next(b for b in result.data["batches"] if b["size"] == 1)
+    long_batch = next(b for b in result.data.batches if b["size"] == 1)
     assert long_batch["requests"] == ["long"]
 
 

@@ -243,7 +243,7 @@ def test_schedule_metrics_given_the_instance_have_the_attainment_of_the_cli() ->
     by_hand = attainment(request_latencies(sched, inst))
     assert with_slos["attainment"] == by_hand["attainment"] == 0.0  # TPOT 1 µs: no one meets it
     assert with_slos["attainment_ttft"] == 1.0
-    assert with_slos == result.data["metrics"]
+    assert with_slos == result.metrics
     assert "attainment" not in sched.metrics()
 
 

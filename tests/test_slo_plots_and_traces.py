@@ -39,7 +39,7 @@ def test_cdf_crosses_the_target_at_the_attainment(metric, share_key) -> None:
     for policy in ("sarathi", "vllm-d"):  # each misses some TTFT and some halved TPOT targets
         result, schedule = replay_result(inst, policy)
         latencies[policy] = request_latencies(schedule, inst)
-        shares[policy] = result.data["metrics"][share_key]
+        shares[policy] = result.metrics[share_key]
     ax = plot_latency_cdf(latencies, metric)
     target = float(inst.slo_targets(metric.replace("_ms", "_slo_ms"))[0])
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -66,7 +66,7 @@ def test_cdf_of_mixed_targets_is_relative_to_each_target() -> None:
     assert ax.get_xlabel() == "TTFT / its target"
     assert float(lines["TTFT target"].get_xdata()[0]) == 1.0
     assert _share_at(lines["sarathi"], 1.0) == pytest.approx(
-        result.data["metrics"]["attainment_ttft"])
+        result.metrics["attainment_ttft"])
     plt.close("all")
 
 
@@ -130,7 +130,7 @@ def test_gantt_marks_arrivals_waits_and_misses_and_names_the_makespan(cli, tmp_p
     missed = int((~lat["slo_met"]).sum())
     assert 0 < missed < inst.num_requests
     ax = gantt_figure(inst, schedule.segments, schedule.iterations, policy="vllm-v1",
-                      metrics=result.data["metrics"], requests=schedule.requests)
+                      metrics=result.metrics, requests=schedule.requests)
     title = ax.get_title()
     assert "makespan" in title and "total latency" not in title and "SLO met" in title
     red = to_rgba(MISSED_COLOR)

@@ -263,7 +263,7 @@ def test_sa_stops_early_when_the_latency_order_meets_every_slo() -> None:
     result = api_solve(inst, problem="slo-priority", solver="sa", time_limit_s=10)
     assert result.status == "optimal"
     brute = brute_force(reqs, 1)
-    assert result.data["g_per_s"] == pytest.approx(brute, rel=1e-9)
+    assert result.data.g_per_s == pytest.approx(brute, rel=1e-9)
 
 
 def test_toy_three_solvers() -> None:
@@ -272,10 +272,10 @@ def test_toy_three_solvers() -> None:
                for s in ("sa", "exhaustive", "cpsat")}
     assert results["exhaustive"].status == "optimal"
     assert results["cpsat"].status == "optimal"
-    g_star = results["exhaustive"].data["g_per_s"]
-    assert results["cpsat"].data["g_per_s"] == pytest.approx(g_star, rel=1e-9)
-    assert results["sa"].data["g_per_s"] <= g_star * (1 + 1e-9)
-    classes = {r["slo_class"] for r in results["sa"].data["requests"]}
+    g_star = results["exhaustive"].data.g_per_s
+    assert results["cpsat"].data.g_per_s == pytest.approx(g_star, rel=1e-9)
+    assert results["sa"].data.g_per_s <= g_star * (1 + 1e-9)
+    classes = {r["slo_class"] for r in results["sa"].data.plan["requests"]}
     assert classes == {"chat", "code"}
 
 
@@ -294,8 +294,8 @@ def test_unmeetable_is_reported_and_long_requests_warn() -> None:
     with pytest.warns(UserWarning, match="request long: input \\+ output = 2400"):
         result = api_solve(make(reqs, 2), problem="slo-priority", solver="cpsat",
                            time_limit_s=10)
-    assert result.data["unmeetable"] == ["tight"]
-    assert result.data["n_met"] == 1 and result.status == "optimal"
+    assert result.data.unmeetable == ["tight"]
+    assert result.data.n_met == 1 and result.status == "optimal"
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
@@ -393,14 +393,14 @@ def test_a_rounded_clock_proves_an_optimum_the_validator_accepts() -> None:
         "slo": {"classes": [{"name": "chat", "share": 0.5, "ttft_ms": 10000, "tpot_ms": 50},
                             {"name": "code", "share": 0.5, "e2e_ms": 30000}]}})
     result = api_solve(inst, problem="slo-priority", solver="cpsat", time_limit_s=30)
-    assert result.data["cpsat"]["exact_clock"] is False
+    assert result.data.runs["cpsat"]["exact_clock"] is False
     assert result.status == "optimal"
     assert result.bound == pytest.approx(result.objective, rel=1e-9)
     verdict = check_solution(inst, json.loads(json.dumps(result.to_dict(inst))))
     assert verdict.reasons == []
     assert any("checked independently" in note for note in verdict.notes)
     ex = exhaustive.search(SloPriorityData.from_instance(inst))
-    assert result.data["g_per_s"] == pytest.approx(ex.g_per_s, rel=1e-9)
+    assert result.data.g_per_s == pytest.approx(ex.g_per_s, rel=1e-9)
 
 
 def near_ties(max_batch: int) -> list[dict]:
@@ -446,5 +446,5 @@ def test_windows_cut_short_leave_an_honest_bound(monkeypatch: pytest.MonkeyPatch
     inst = make(reqs, 2)
     result = api_solve(inst, problem="slo-priority", solver="cpsat", time_limit_s=30)
     assert result.status == "feasible" and result.proof is None
-    assert result.data["g_bound_per_s"] >= expected * (1 - 1e-9)
+    assert result.data.g_bound_per_s >= expected * (1 - 1e-9)
     assert check_solution(inst, json.loads(json.dumps(result.to_dict(inst)))).reasons == []

@@ -169,7 +169,7 @@ def test_sola_replays_are_valid_and_the_fast_path_changes_nothing(seed: int, rat
     result, sched = replay_result(inst, "sola")
     sol = json.loads(json.dumps(result.to_dict(inst)))
     assert validate_solution(inst, sol) == []
-    assert 0 <= result.data["metrics"]["attainment"] <= 1
+    assert 0 <= result.metrics["attainment"] <= 1
     slow = replay(inst, "sola", fast=False)
     assert slow.requests["finish_ms"].tolist() == pytest.approx(
         sched.requests["finish_ms"].tolist())

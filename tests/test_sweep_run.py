@@ -67,7 +67,7 @@ def test_rows_match_a_replay_run_directly(tmp_path):
     result, _ = replay_result(inst, "online")
     assert check_solution(inst, result.to_dict(inst)).valid
     row = table[(table["policy"] == "online") & (table["seed"] == 3)].iloc[0]
-    assert row["makespan_ms"] == pytest.approx(result.data["metrics"]["makespan_ms"])
+    assert row["makespan_ms"] == pytest.approx(result.metrics["makespan_ms"])
     assert row["bound_ms"] <= row["makespan_ms"]
     assert row["instance_sha256"] == inst.sha256
 

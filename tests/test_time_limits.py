@@ -40,7 +40,7 @@ def test_original_formulation_too_large_keeps_the_heuristic():
     r = solve(inst, "pd-competition", "auto", 30, formulation="original")
     assert r.status == "feasible"
     assert any("not built" in note and "--formulation compact" in note for note in r.notes)
-    assert r.objective <= min(r.data["heuristics"].values()) + 1e-3
+    assert r.objective <= min(r.data.heuristics.values()) + 1e-3
     assert validate_solution(inst, r.to_dict(inst)) == []
 
 
@@ -151,8 +151,8 @@ def test_a_stop_in_the_heuristic_phase_keeps_the_plans_found(monkeypatch):
     r = solve(inst, "pd-competition", "auto", 60)
     assert r.interrupted and r.status == "feasible"
     assert calls[:3] == ["baseline", "online", "iteration"]
-    assert set(r.data["heuristics"]) == {"baseline", "online"}
-    assert r.objective == pytest.approx(min(r.data["heuristics"].values()), abs=1e-3)
+    assert set(r.data.heuristics) == {"baseline", "online"}
+    assert r.objective == pytest.approx(min(r.data.heuristics.values()), abs=1e-3)
     assert "K_max = not computed" in r.notes[0]
     assert any("interrupted during the heuristic plans" in n for n in r.notes)
     assert validate_solution(inst, r.to_dict(inst)) == []

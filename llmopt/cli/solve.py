@@ -67,11 +67,11 @@ def solve(
     check_written(inst, path)
     if result.interrupted:
         raise typer.Exit(130)  # the incumbent is written; no chart
-    if plot and (result.schedule is not None or result.data.get("assignment")):
+    if plot and (result.schedule is not None or "assignment" in result.data.to_json()):
         if result.schedule is not None:
             ax = plots.gantt_figure(inst, result.schedule.segments, result.schedule.iterations,
                                     policy=f"{result.problem} ({result.solver})",
-                                    metrics=result.data.get("metrics"),
+                                    metrics=result.metrics,
                                     requests=result.schedule.requests)
         else:
             ax = plots.plot_assignment(inst, result.to_dict(inst))

@@ -44,7 +44,8 @@ TOL = 2e-3  # ms
 
 @dataclass
 class Run:
-    """One answer: what ran, its status, objective and bound (ms), and the validator's say."""
+    """One answer: what ran, its status, objective and bound (ms), the validator's say, and
+    the problem-specific keys of its solution file (``data``, as written)."""
 
     label: str
     status: str
@@ -66,7 +67,8 @@ class CrossCheck:
         for reason in verdict.reasons:
             self.findings.append(f"{label}: the validator rejects it: {reason}")
         run = Run(label, result.status, result.objective, result.bound,
-                  any("checked independently" in n for n in verdict.notes), result.data)
+                  any("checked independently" in n for n in verdict.notes),
+                  result.data.to_json())
         self.runs.append(run)
         return run
 

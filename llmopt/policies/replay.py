@@ -21,7 +21,7 @@ from llmopt.plugins import load
 from llmopt.policies.base import Router
 from llmopt.policies.registry import POLICIES, ROUTERS, Engine, check_family, plan_follower
 from llmopt.progress import SILENT, Progress
-from llmopt.result import Mode, Result
+from llmopt.result import Mode, Result, ScheduleData
 from llmopt.schedule import Schedule
 from llmopt.sim.cluster import Deployment, simulate
 from llmopt.version import __version__
@@ -117,16 +117,34 @@ def replay_result(instance: Instance, policy: str, *, plan: Mapping[str, Any] | 
         problem="replay", solver=policy, status="feasible",
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
         time_limit_s=None, solver_version=f"llmopt {__version__} replay",
-        data={"mode": mode_of(policy, plan), "clients": instance.total_clients,
-              "metrics": metrics},
+        data=ReplayData(mode=mode_of(policy, plan), metrics=metrics,
+                        clients=instance.total_clients, router=router,
+                        unlimited_memory=POLICIES[policy].hypothetical),
         schedule=schedule,
     )
-    if router is not None:
-        result.data["router"] = router
     if POLICIES[policy].hypothetical:
-        result.data["unlimited_memory"] = True
         result.notes.append("a hypothetical schedule: the KV capacity is ignored")
     return result, schedule
+
+
+@dataclass
+class ReplayData(ScheduleData):
+    """A replay's solution data (``Result.data``): besides the schedule's mode and metrics,
+    the clients, the router of a multi-replica replay (None: the policy's own) and whether the
+    policy ignores the KV capacity (a hypothetical schedule)."""
+
+    clients: int
+    router: str | None = None
+    unlimited_memory: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, "clients": self.clients,
+                               "metrics": self.metrics}
+        if self.router is not None:
+            out["router"] = self.router
+        if self.unlimited_memory:
+            out["unlimited_memory"] = True
+        return out
 
 
 @dataclass
@@ -140,8 +158,7 @@ class Replayed:
 
     @property
     def metrics(self) -> dict[str, float]:
-        metrics: dict[str, float] = self.result.data["metrics"]
-        return metrics
+        return self.result.schedule_metrics()
 
 
 def replay_policy(instance: Instance, policy: str, *, plan: Mapping[str, Any] | None = None,

@@ -131,7 +131,7 @@ def _at_rate(arrival: dict[str, Any] | None, rate_per_s: float) -> dict[str, Any
 
 def _replay(inst: Instance, cell: Cell, row: dict[str, Any]) -> Result:
     result = replay_policy(inst, cell.params["policy"], router=cell.params.get("router")).result
-    metrics = result.data["metrics"]
+    metrics = result.schedule_metrics()
     row.update(metrics)
     bound = best_replay_bound(inst)
     row["bound_ms"] = bound

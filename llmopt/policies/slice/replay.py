@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -26,7 +27,7 @@ from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, SolutionFileError
 from llmopt.policies.registry import check_family
 from llmopt.policies.slice.schedulers import SCHEDULERS, replay_slices, scheduler
-from llmopt.result import Result
+from llmopt.result import Result, ScheduleData
 from llmopt.sim.slices import SliceReplay
 from llmopt.version import __version__
 
@@ -92,15 +93,34 @@ def slice_result(instance: Instance, policy: str) -> tuple[Result, SliceReplay]:
         problem="replay", solver=policy, status="feasible",
         objective=round(metrics["makespan_ms"], 3), bound=None, runtime_s=runtime,
         time_limit_s=None, solver_version=f"llmopt {__version__} replay",
-        data={"mode": MODE, "instances": replay.workers, "slice_length": replay.slice_length,
-              "scheduler": {"dispatch": sch.dispatch, "batcher": sch.batcher,
-                            "batch_size": sch.batch_size, "offloader": sch.offloader,
-                            "interval": sch.interval, "gamma_ms": sch.gamma_ms,
-                            "lam": sch.lam},
-              "memory_rule": replay.profile.memory_rule,
-              "metrics": metrics, "slices": slice_records(replay)},
+        data=SliceReplayData(
+            mode=MODE, metrics=metrics, instances=replay.workers,
+            slice_length=replay.slice_length,
+            scheduler={"dispatch": sch.dispatch, "batcher": sch.batcher,
+                       "batch_size": sch.batch_size, "offloader": sch.offloader,
+                       "interval": sch.interval, "gamma_ms": sch.gamma_ms, "lam": sch.lam},
+            memory_rule=replay.profile.memory_rule, slices=slice_records(replay)),
     )
     return result, replay
+
+
+@dataclass
+class SliceReplayData(ScheduleData):
+    """A slice-level replay's solution data (``Result.data``): besides the mode and metrics,
+    the model instances, the slice length S, the scheduler's parameters, the memory rule and
+    one record per slice served."""
+
+    instances: int
+    slice_length: int
+    scheduler: dict[str, Any]
+    memory_rule: str
+    slices: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "instances": self.instances,
+                "slice_length": self.slice_length, "scheduler": self.scheduler,
+                "memory_rule": self.memory_rule, "metrics": self.metrics,
+                "slices": self.slices}
 
 
 def slice_frames(instance: Instance, sol: dict[str, Any]

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -75,8 +76,9 @@ from llmopt.problems.infermax.data import (
     plan_from_values,
     trajectories,
 )
+from llmopt.problems.outcome import decide, keep_better, proof_text
 from llmopt.progress import SILENT, Progress
-from llmopt.result import Result
+from llmopt.result import Result, ScheduleData
 from llmopt.version import __version__
 
 if TYPE_CHECKING:
@@ -376,38 +378,52 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                                                       "the model building"), None
     plan = out.solution if out.solution is not None else best_plan
     schedule = replay_plan(instance, plan, simulation)
-    if schedule.makespan_ms > best_ms + 1e-6:  # never worse than the incumbent
+    _, kept = keep_better((best_ms, best_plan), (schedule.makespan_ms, plan), tol=1e-6)
+    if kept is not plan:  # never worse than the incumbent
         plan, schedule = best_plan, replay_plan(instance, best_plan, simulation)
     objective = schedule.makespan_ms
     notes = [f"N = {N} batches; N_max = {n_max}", f"best heuristic: {best_name}"]
     if not data.exact:
         notes.append("cost coefficients rounded to 1e-12 ms in the model")
-    # the model's optimum bounds every schedule of N batches; the replayed plan is optimal
-    # when it meets that bound
-    proved = bound_ms is not None and bound_ms >= objective * (1 - 1e-9)
-    status, proof, bound = "feasible", None, None
-    if proved and n_max <= N and data.exact:
-        status, bound = "optimal", objective
-        proof = f"{backend} proved the CSP optimal with N = {N} ≥ N_max = {n_max} batches"
-    elif bound_ms is not None and n_max <= N and data.exact:
-        bound = min(bound_ms, objective)
-    elif proved:
+    # the model's optimum bounds every schedule of N batches: with N ≥ N_max every schedule,
+    # and the replayed plan is optimal when it meets that bound
+    tol = 1e-9 * objective
+    complete = n_max <= N and data.exact
+    verdict = decide(objective, bound_ms if complete else None, proof=proof_text(
+        backend, f"proved the CSP optimal with N = {N} ≥ N_max = {n_max} batches"),
+        tol=tol, interrupted=out.interrupted, what="the replayed makespan (ms)")
+    bound = objective if verdict.optimal else verdict.bound
+    if not complete and bound_ms is not None and objective - bound_ms <= tol:
         notes.append(f"{backend} proved this optimal among schedules of at most {N} batches "
                      f"(N_max = {n_max}); run with --bins {n_max} for a full proof")
     metrics = schedule.metrics(instance)  # with SLOs, their attainment too
-    data_out = {
-        "mode": "continuous", "clients": instance.total_clients, "batches": N,
-        "metrics": metrics, "heuristics": {name: round(ms, 6) for ms, name, _ in heur},
-        "plan": plan,
-    }
+    data_out = CspPlan(mode="continuous", metrics=metrics, clients=instance.total_clients,
+                       batches=N, heuristics={name: round(ms, 6) for ms, name, _ in heur},
+                       plan=plan)
     version = version_of(backend)
-    return Result(problem="infermax-csp", solver=solver, status=status,
+    return Result(problem="infermax-csp", solver=solver, status=verdict.status,
                   objective=round(objective, 6), bound=None if bound is None else
                   round(bound, 6), runtime_s=time.perf_counter() - t0,
                   time_limit_s=time_limit_s, solver_version=f"llmopt {__version__} + {version}",
-                  data=data_out, proof=proof, interrupted=out.interrupted,
+                  data=data_out, proof=verdict.proof, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
+
+
+@dataclass
+class CspPlan(ScheduleData):
+    """An infermax-csp solution's data (``Result.data``): besides the schedule's mode and
+    metrics, the clients, N (the model's batches), each heuristic's makespan (ms) and the plan
+    (one row per batch: evictions, prefill chunks, decodes), which ``--policy plan`` follows."""
+
+    clients: int
+    batches: int
+    heuristics: dict[str, float]
+    plan: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "clients": self.clients, "batches": self.batches,
+                "metrics": self.metrics, "heuristics": self.heuristics, "plan": self.plan}
 
 
 def _solve_model(data: CSPData, N: int, n_max: int, best_plan: list[dict[str, Any]],

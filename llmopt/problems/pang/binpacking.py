@@ -36,15 +36,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmopt.backends.common import Footprint, Outcome
 from llmopt.data.cost import PangLinearProfile
 from llmopt.data.instance import Instance
-from llmopt.errors import ProfileError
+from llmopt.errors import InternalError, ProfileError
 from llmopt.plugins import load
+from llmopt.problems.outcome import decide, keep_better, meets_bound, proof_text
 from llmopt.problems.pang import (
     pcmax_arcflow,
     pcmax_bounds,
@@ -386,7 +387,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         improve(bp.weights, bp.bins, start, lb, min(deadline, time.perf_counter() + 1.0))
         return _solve_named(bp, solver, bound, start, t0, deadline, time_limit_s, progress)
     except KeyboardInterrupt:
-        return _result(bp, "feasible", start, bound, solver, f"llmopt {__version__}", t0,
+        return _result(bp, start, bound, solver, f"llmopt {__version__}", t0,
                        time_limit_s, interrupted=True,
                        notes=["interrupted before the solver returned: its start is kept"])
 
@@ -397,16 +398,15 @@ def _solve_named(bp: BinPacking, solver: str, bound: _Bound, start: np.ndarray, 
     closed-form bound or the model would not fit in memory or time."""
     lb = bound.tokens
     if int(bp.loads(start).max()) == lb and solver in ("highs", "cpsat"):
-        return _result(bp, "optimal", start, bound, solver, f"llmopt {__version__}", t0,
-                       time_limit_s, proof=f"incumbent load {lb} tokens equals the lower bound "
-                                           f"{bound.text}",
+        return _result(bp, start, bound, solver, f"llmopt {__version__}", t0,
+                       time_limit_s, proof=meets_bound(f"load {lb} tokens", bound.text),
                        notes=[f"{solver} not run: its start already meets the lower bound"])
     progress.incumbent(bp.to_ms(int(bp.loads(start).max())), bp.to_ms(lb), " ms")
     too_large = FOOTPRINT.get(solver, Footprint(0.0, 0.0)).too_large(
         bp.n * bp.bins, f"eqs 26–30 with {bp.n} × {bp.bins} binaries", "use --solver auto", "",
         deadline)
     if too_large is not None:
-        return _result(bp, "feasible", start, bound, solver, f"llmopt {__version__}", t0,
+        return _result(bp, start, bound, solver, f"llmopt {__version__}", t0,
                        time_limit_s, notes=[too_large.message])
     if solver == "highs":
         progress.stage(f"HiGHS on eqs 26–30 ({bp.n} × {bp.bins} binaries)")
@@ -488,14 +488,13 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
     assign = lpt(bp.weights, bp.bins)
     engines: dict[str, Callable[[], str]] = {}  # back ends used, for the solver version
 
-    def finish(status: str, proof: str | None = None, interrupted: bool = False) -> Result:
+    def finish(proof: str | None = None, interrupted: bool = False) -> Result:
         version = " + ".join([f"llmopt {__version__}", *(v() for v in engines.values())])
-        return _result(bp, status, assign, bound, solver, version, t0, time_limit_s,
+        return _result(bp, assign, bound, solver, version, t0, time_limit_s,
                        proof=proof, interrupted=interrupted)
 
     def meets(ub: int) -> Result:
-        return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
-                                       f"{bound.text}")
+        return finish(proof=meets_bound(f"load {ub} tokens", bound.text))
 
     progress.stage(f"LPT + improvement moves (lower bound {bound.tokens} tokens)")
     interrupted = False
@@ -514,8 +513,8 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
         when it refuted ``t`` (the bound is raised), False when it could not decide."""
         if decision.status == "feasible":
             assign[:] = decision.assign
-            return finish("optimal", proof=f"{method} packed every request within {t} tokens; "
-                                           f"lower bound {bound.text}")
+            return finish(proof=proof_text(method, f"packed every request within {t} tokens",
+                                           bound=bound.text))
         if decision.status == "infeasible":
             bound.raise_to(t + 1, bound_name, _searched(t, searched_by))
             show()
@@ -526,7 +525,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
     if ub == bound.tokens:
         return meets(ub)
     if interrupted or solver == "heuristic" or time.perf_counter() >= deadline:
-        return finish("feasible", interrupted=interrupted)
+        return finish(interrupted=interrupted)
     try:
         progress.stage("bin-packing lower bounds (mt_l2, mt_l3, lifting)")
         names = pcmax_bounds.STRONG if bp.n <= STRONG_MAX_JOBS else ("mt_l2",)
@@ -640,8 +639,7 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             if not ran or not (progress_made or search_useful or use_arcs or use_cardinality):
                 break  # nothing left that could decide within the time
         if bound.tokens >= ub:
-            return finish("optimal", proof=f"incumbent load {ub} tokens equals the lower bound "
-                                           f"{bound.text}")
+            return meets(ub)
         if not lns and not use_arcs and time.perf_counter() < deadline:
             # few clients and a graph too large: CP-SAT on the whole model for the rest
             engines["cpsat"] = load(f"{CPSAT}:version")
@@ -659,14 +657,14 @@ def _solve_fast(bp: BinPacking, solver: str, bound: _Bound, t0: float, deadline:
             if out.ending == "optimal" or solver_bound >= ub:
                 bound.raise_to(ub, "cpsat", f"{ub} tokens (CP-SAT proved no assignment has "
                                             f"makespan below {ub} tokens)")
-                return finish("optimal", proof=f"CP-SAT proved no assignment has makespan "
-                                               f"below {ub} tokens")
+                return finish(proof=proof_text("CP-SAT", "proved no assignment has makespan "
+                                                         f"below {ub} tokens"))
             bound.raise_to(min(solver_bound, ub), "cpsat", f"CP-SAT bound {solver_bound} tokens")
             if out.interrupted:
-                return finish("feasible", interrupted=True)
+                return finish(interrupted=True)
     except KeyboardInterrupt:
-        return finish("feasible", interrupted=True)
-    return finish("feasible")
+        return finish(interrupted=True)
+    return finish()
 
 
 def reproducible_assignment(bp: BinPacking, max_steps: int = REPRODUCIBLE_STEPS
@@ -746,44 +744,73 @@ def _from_outcome(bp: BinPacking, out: Outcome, solver: str, bound: _Bound, t0: 
     if out.ending == "infeasible":  # cannot happen for J ≥ 1, reported rather than hidden
         return Result("binpacking", solver, "infeasible", None, None,
                       time.perf_counter() - t0, time_limit_s, out.solver_version)
-    assign = start
-    if out.solution is not None and bp.loads(out.solution).max() <= bp.loads(start).max():
-        assign = out.solution
-    ub = int(bp.loads(assign).max())
+    start_load = int(bp.loads(start).max())
+    solver_plan = (None if out.solution is None
+                   else (int(bp.loads(out.solution).max()), out.solution))
+    ub, assign = keep_better((start_load, start), solver_plan)
     if bound.tokens >= ub:
-        closed_form = bound.name != solver
-        bound.tokens = ub  # a dual bound above the incumbent cannot be: report the proven value
-        proof = (f"incumbent load {ub} tokens equals the lower bound {bound.text}" if closed_form
-                 else f"{name} proved optimality: makespan {ub} tokens"
+        proof = (meets_bound(f"load {ub} tokens", bound.text) if bound.name != solver
+                 else proof_text(name, f"proved optimality: makespan {ub} tokens")
                  if out.ending == "optimal"
-                 else f"{name} dual bound rounds up to the incumbent: makespan {ub} tokens")
-        return _result(bp, "optimal", assign, bound, solver, out.solver_version, t0,
-                       time_limit_s, proof=proof)
-    return _result(bp, "feasible", assign, bound, solver, out.solver_version, t0,
+                 else proof_text(name, "dual bound rounds up to the incumbent: makespan "
+                                       f"{ub} tokens"))
+        return _result(bp, assign, bound, solver, out.solver_version, t0, time_limit_s,
+                       proof=proof)
+    return _result(bp, assign, bound, solver, out.solver_version, t0,
                    time_limit_s, interrupted=out.interrupted,
                    notes=[out.message] if out.message else [])
 
 
-def _result(bp: BinPacking, status: str, assign: np.ndarray, bound: _Bound, solver: str,
+def _result(bp: BinPacking, assign: np.ndarray, bound: _Bound, solver: str,
             version: str, t0: float, time_limit_s: float | None, *, proof: str | None = None,
             interrupted: bool = False, notes: list[str] | None = None) -> Result:
+    """The result of ``assign``: its status from :func:`outcome.decide` on the makespan and
+    the bound in tokens (``proof``: what makes ``bound`` tight, when the caller has one)."""
     loads = bp.loads(assign)
+    verdict = decide(int(loads.max()), bound.tokens, proof=proof, interrupted=interrupted,
+                     what="the makespan in tokens")
     return Result(
         problem="binpacking",
         solver=solver,
-        status=status,
+        status=verdict.status,
         objective=bp.to_ms(loads.max()),
         bound=bp.to_ms(bound.tokens),
         runtime_s=time.perf_counter() - t0,
         time_limit_s=time_limit_s,
         solver_version=version,
-        proof=proof,
+        proof=verdict.proof,
         interrupted=interrupted,
         notes=notes or [],
-        data={
-            "t_round_ms": bp.ms_per_unit,
-            "assignment": {rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
-            "loads": [bp.to_ms(x) for x in loads],
-            "lower_bound": {"name": bound.name, "tokens": int(bound.tokens)},
-        },
+        data=PackingData(
+            t_round_ms=bp.ms_per_unit,
+            assignment={rid: int(c) for rid, c in zip(bp.ids, assign, strict=True)},
+            loads=[bp.to_ms(x) for x in loads],
+            lower_bound_name=bound.name, lower_bound_tokens=int(bound.tokens),
+        ),
     )
+
+
+@dataclass
+class PackingData:
+    """A bin packing's solution data (``Result.data``): t_round (ms per decode round), each
+    request's client, each client's load (ms) and the lower bound behind the result's bound
+    (the stable name of what proves it and its tokens; the validator recomputes it)."""
+
+    t_round_ms: float
+    assignment: dict[str, int]
+    loads: list[float]
+    lower_bound_name: str
+    lower_bound_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_round_ms": self.t_round_ms, "assignment": self.assignment,
+                "loads": self.loads,
+                "lower_bound": {"name": self.lower_bound_name,
+                                "tokens": self.lower_bound_tokens}}
+
+
+def packing_data(packing: Result) -> PackingData:
+    """The typed data of a bin-packing result (an infeasible one has none: a bug for J ≥ 1)."""
+    if not isinstance(packing.data, PackingData):
+        raise InternalError(f"a bin packing without its data (status {packing.status})")
+    return packing.data

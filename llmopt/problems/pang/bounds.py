@@ -16,6 +16,7 @@ from llmopt.data.cost import PangLinearProfile
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError
 from llmopt.problems.base import Bound
+from llmopt.problems.pang.binpacking import packing_data
 from llmopt.problems.pang.binpacking import solve as solve_binpacking
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
@@ -62,7 +63,7 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
                 else f"bin-packing lower bound (status {packing.status}, optimum not proven)")
     detail = {"total_input_tokens": total_input, "largest_level_tokens": cap,
               "largest_level_ms": t_level, "prefill_stages": stages,
-              "t_round_ms": packing.data.get("t_round_ms"), "t_d_status": packing.status,
+              "t_round_ms": packing_data(packing).t_round_ms, "t_d_status": packing.status,
               "t_d_source": t_d_note}
     eq32 = Bound(
         name="pang_eq32",
@@ -95,7 +96,7 @@ def pang_bounds(instance: Instance, time_limit_s: float | None = 60.0,
         detail=detail,
     )
     return [eq32, levels, replay_rounds_bound(instance, packing.bound or 0.0,
-                                              packing.data["t_round_ms"])]
+                                              packing_data(packing).t_round_ms)]
 
 
 def replay_rounds_bound(instance: Instance, t_d_ms: float, t_round_ms: float) -> Bound:

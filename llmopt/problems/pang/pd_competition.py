@@ -50,6 +50,7 @@ from llmopt.data.instance import Instance
 from llmopt.deadline import NONE, Deadline
 from llmopt.errors import InternalError, OptionError
 from llmopt.problems.base import Simulation
+from llmopt.problems.outcome import decide, keep_better, proof_text, tighter_bound
 from llmopt.problems.pang import binpacking, pd_compact, pd_lns, pd_original
 from llmopt.problems.pang.bounds import pd_bounds
 from llmopt.problems.pang.pd_grid import best_grid_plan
@@ -61,7 +62,7 @@ from llmopt.problems.pang.pd_plan import (
     stage_schedule,
 )
 from llmopt.progress import SILENT, Progress
-from llmopt.result import Result
+from llmopt.result import Result, ScheduleData
 from llmopt.signals import sigint_sets
 from llmopt.version import __version__
 
@@ -174,7 +175,7 @@ def decode_packing(instance: Instance, deadline: Deadline, progress: Progress = 
 def decode_lower_bound(packing: Result) -> int:
     """The bin-packing optimum (or its proven bound) in tokens: no schedule's decode axis is
     shorter, since each client's requests occupy disjoint intervals of it."""
-    return round((packing.bound or 0) / packing.data["t_round_ms"])
+    return round((packing.bound or 0) / binpacking.packing_data(packing).t_round_ms)
 
 
 def max_useful_bins(problem: PDProblem, model: str, upper_ms: float, d_lb: int) -> int:
@@ -342,11 +343,9 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
             k_max: int | None, packing: Result, formulation: str, backend: str, solver: str,
             time_model: str, literal: bool, t0: float, time_limit_s: float | None,
             simulation: Simulation) -> Result:
-    best_total, best = heuristics.best
-    plan = out.solution if out.solution is not None else best
-    total = plan.total_ms(problem, time_model)
-    if total > best_total + 1e-6:  # keep the better of the solver's plan and the incumbent
-        plan, total = best, best_total
+    total, plan = keep_better(heuristics.best, None if out.solution is None else
+                              (out.solution.total_ms(problem, time_model), out.solution),
+                              tol=1e-6)
     broken = plan.check(problem)
     if broken:
         raise InternalError(f"the {plan.source} plan breaks a rule of the problem: {broken[0]}")
@@ -363,14 +362,14 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
     solver_proved = out.bound is not None and (
         out.ending == "optimal" or out.bound >= total - 1e-6 * max(1.0, total))
     if solver_proved and all_bins and not literal:
-        bound = max(bound, min(out.bound, total))
-        proof = (f"{backend} closed the gap of the {formulation} model with K = {K} ≥ K_max "
-                 f"= {k_max} bins")
+        bound = tighter_bound(bound, min(out.bound, total))
+        proof = proof_text(backend, f"closed the gap of the {formulation} model with K = {K} "
+                                    f"≥ K_max = {k_max} bins")
     elif solver_proved:
         notes.append(f"{backend} proved this optimal among schedules with at most {K} prefill "
                      f"stages (K_max = {k_max}); run with --bins {k_max} for a full proof")
     elif out.bound is not None and all_bins and not literal:
-        bound = max(bound, out.bound)
+        bound = tighter_bound(bound, out.bound)
     replayed = simulation.follow(instance, plan.to_data(problem))
     if time_model == "stage":
         schedule, objective = stage_schedule(problem, plan), total
@@ -380,37 +379,64 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
             notes.append(f"the replay followed the plan {objective - total:.1f} ms late (the KV "
                          "budget delayed a stage)")
             proof = None
-    status = ("optimal" if proof and abs(objective - bound) <= 1e-6 * max(1.0, objective)
-              else "feasible")
-    data: dict[str, Any] = {
-        "formulation": formulation, "bins": K, "time_model": time_model,
-        "objective_stage_model_ms": round(plan.total_ms(problem, "stage"), 6),
-        "objective_replay_ms": round(replayed.makespan_ms, 6),
-        "prefill_stages": plan.prefill_stages(), "decode_rounds": plan.decode_end(problem),
-        "heuristics": {p.source.removeprefix("replay "): round(t, 6)
-                       for t, p in heuristics.plans},
-        "bounds": {b.name: b.value_ms for b in global_bounds},
-        "mode": "pd_competition", "clients": problem.clients,
-        "metrics": schedule.metrics(),
-        **plan.to_data(problem),
-    }
+    verdict = decide(objective, bound, proof=proof, tol=1e-6 * max(1.0, objective),
+                     interrupted=out.interrupted, what="the makespan (ms)")
+    data = CompetitionPlan(
+        mode="pd_competition", metrics=schedule.metrics(), formulation=formulation, bins=K,
+        time_model=time_model,
+        objective_stage_model_ms=round(plan.total_ms(problem, "stage"), 6),
+        objective_replay_ms=round(replayed.makespan_ms, 6),
+        prefill_stages=plan.prefill_stages(), decode_rounds=plan.decode_end(problem),
+        heuristics={p.source.removeprefix("replay "): round(t, 6) for t, p in heuristics.plans},
+        bounds={b.name: b.value_ms for b in global_bounds}, clients=problem.clients,
+        plan=plan.to_data(problem))
     version = version_of(backend)
-    return Result(problem="pd-competition", solver=solver, status=status,
+    return Result(problem="pd-competition", solver=solver, status=verdict.status,
                   objective=round(objective, 3), bound=round(min(bound, objective), 3),
                   runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s,
                   solver_version=f"llmopt {__version__} + {version}", data=data,
-                  proof=proof if status == "optimal" else None, interrupted=out.interrupted,
+                  proof=verdict.proof, interrupted=out.interrupted,
                   notes=[*notes, out.message] if out.message else notes,
                   schedule=schedule)
+
+
+@dataclass
+class CompetitionPlan(ScheduleData):
+    """A pd-competition solution's data (``Result.data``): besides the schedule's mode and
+    metrics, the formulation, K (bins), the time model, the plan's total under the stage model
+    and replayed (ms), its prefill stages and decode rounds, each heuristic's total and each
+    global bound (ms), the clients, and the plan itself (``Plan.to_data``: assignment, order,
+    stages)."""
+
+    formulation: str
+    bins: int
+    time_model: str
+    objective_stage_model_ms: float
+    objective_replay_ms: float
+    prefill_stages: int
+    decode_rounds: int
+    heuristics: dict[str, float]
+    bounds: dict[str, float]
+    clients: int
+    plan: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"formulation": self.formulation, "bins": self.bins,
+                "time_model": self.time_model,
+                "objective_stage_model_ms": self.objective_stage_model_ms,
+                "objective_replay_ms": self.objective_replay_ms,
+                "prefill_stages": self.prefill_stages, "decode_rounds": self.decode_rounds,
+                "heuristics": self.heuristics, "bounds": self.bounds, "mode": self.mode,
+                "clients": self.clients, "metrics": self.metrics, **self.plan}
 
 
 def describe(result: Result) -> list[str]:
     """What ``llmopt solve`` prints of a PD-competition result beside its status and bound:
     the plan's size, its total under both time models, and the heuristics'."""
     d = result.data
-    if "objective_replay_ms" not in d:
+    if not isinstance(d, CompetitionPlan):
         return []
-    return [f"{d['prefill_stages']} prefill stages, {d['decode_rounds']} decode rounds; "
-            f"stage model {d['objective_stage_model_ms']:,.1f} ms, replayed with "
-            f"batch-dependent rounds {d['objective_replay_ms']:,.1f} ms",
-            "heuristics: " + ", ".join(f"{k} {v:,.1f}" for k, v in d["heuristics"].items())]
+    return [f"{d.prefill_stages} prefill stages, {d.decode_rounds} decode rounds; "
+            f"stage model {d.objective_stage_model_ms:,.1f} ms, replayed with "
+            f"batch-dependent rounds {d.objective_replay_ms:,.1f} ms",
+            "heuristics: " + ", ".join(f"{k} {v:,.1f}" for k, v in d.heuristics.items())]

@@ -46,6 +46,7 @@ from llmopt.data.cost.scls import (
 )
 from llmopt.data.instance import Instance
 from llmopt.errors import InstanceError, InternalError, OptionError, ProfileError
+from llmopt.problems.outcome import Verdict, decide, keep_better, proof_text
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result
 from llmopt.version import __version__
@@ -430,17 +431,17 @@ def solve_pool(pool: Pool, solver: str = "dp", time_limit_s: float | None = 60.0
         progress.stage(f"Algorithm 1 (eq 10) on {pool.n} requests")
         batches = dp_batches(pool)
         exact, why = dp_is_exact(pool)
-        objective = pool.total_ms(batches)
-        if exact:
-            return _result(pool, "dp", "optimal", batches, objective, version, t0,
-                           time_limit_s, proof=why)
-        return _result(pool, "dp", "feasible", batches, None, version, t0, time_limit_s,
-                       notes=[f"the DP may miss the optimum: {why}"])
+        if exact:  # the DP's plan is its own bound
+            return _result(pool, "dp", _verdict(pool, batches, pool.total_ms(batches), why),
+                           batches, version, t0, time_limit_s)
+        return _result(pool, "dp", _verdict(pool, batches, None, None), batches, version, t0,
+                       time_limit_s, notes=[f"the DP may miss the optimum: {why}"])
     if solver == "brute":
         progress.stage(f"every partition of {pool.n} requests")
         best, batches = brute_force(pool)
-        return _result(pool, "brute", "optimal", batches, best, version, t0, time_limit_s,
-                       proof=f"complete enumeration of the partitions of {pool.n} requests")
+        proof = proof_text("complete enumeration", f"of the partitions of {pool.n} requests")
+        return _result(pool, "brute", _verdict(pool, batches, best, proof), batches, version,
+                       t0, time_limit_s)
     if solver == "cpsat":
         start = dp_batches(pool)
         if formulation not in FORMULATIONS:
@@ -454,32 +455,37 @@ def solve_pool(pool: Pool, solver: str = "dp", time_limit_s: float | None = 60.0
             unit=" ms", workers=workers, collect=read)
         if out.solution is not None:
             _check_partition(pool, out.solution, formulation)
-        batches = out.solution if out.solution is not None else start
-        if out.solution is not None and pool.total_ms(out.solution) > pool.total_ms(start):
-            batches = start
+        _, batches = keep_better((pool.total_ms(start), start), None if out.solution is None
+                                 else (pool.total_ms(out.solution), out.solution))
         if out.ending == "infeasible":  # cannot happen: every request fits alone
             return Result("scls-batching", "cpsat", "infeasible", None, None,
                           time.perf_counter() - t0, time_limit_s, out.solver_version)
         # any partition's rounded cost is within n × 0.5 ns of its cost
         bound = None if out.bound is None else out.bound / NS_PER_MS - pool.n * 0.5e-6
-        objective = pool.total_ms(batches)
-        slack = max(OPTIMAL_RTOL * objective, pool.n * 1e-6)  # n × 1 ns: rounding both ways
-        proven = bound is not None and objective - bound <= slack
-        proof = (f"CP-SAT proved the set-partition model optimal ({out.message}); costs "
-                 f"rounded to 1 ns, at most {pool.n} × 0.5 ns per partition") if proven else None
-        return _result(pool, "cpsat", "optimal" if proven else "feasible", batches, bound,
-                       out.solver_version, t0, time_limit_s, proof=proof,
+        verdict = _verdict(pool, batches, bound, proof_text(
+            "CP-SAT", f"proved the set-partition model optimal ({out.message}); costs rounded "
+                      f"to 1 ns, at most {pool.n} × 0.5 ns per partition"), out.interrupted)
+        return _result(pool, "cpsat", verdict, batches, out.solver_version, t0, time_limit_s,
                        interrupted=out.interrupted,
-                       notes=[] if proven else [out.message])
+                       notes=[] if verdict.optimal else [out.message])
     raise OptionError(f"unknown solver (known: {', '.join(SOLVERS)})", field="--solver",
                       value=solver)
 
 
-def _result(pool: Pool, solver: str, status: str, batches: list[list[int]],
-            bound: float | None, version: str, t0: float, time_limit_s: float | None, *,
-            proof: str | None = None, interrupted: bool = False,
-            notes: list[str] | None = None) -> Result:
-    rows = []
+def _verdict(pool: Pool, batches: list[list[int]], bound: float | None, proof: str | None,
+             interrupted: bool = False) -> Verdict:
+    """:func:`outcome.decide` on the partition's total serving time, equal to ``bound``
+    within 1 ppm or n × 1 ns (costs rounded both ways in the CP-SAT models)."""
+    objective = pool.total_ms(batches)
+    return decide(objective, bound, proof=proof, interrupted=interrupted,
+                  tol=max(OPTIMAL_RTOL * objective, pool.n * 1e-6),
+                  what="the total serving time (ms)")
+
+
+def _result(pool: Pool, solver: str, verdict: Verdict, batches: list[list[int]],
+            version: str, t0: float, time_limit_s: float | None, *,
+            interrupted: bool = False, notes: list[str] | None = None) -> Result:
+    rows: list[dict[str, Any]] = []
     for b in sorted(batches, key=lambda b: -pool.batch_ms(b)):
         length = int(pool.lengths[b].max())
         rows.append({"requests": [pool.ids[k] for k in b], "size": len(b),
@@ -490,13 +496,28 @@ def _result(pool: Pool, solver: str, status: str, batches: list[list[int]],
                                      / GIB, 6),
                      "max_batch": pool.max_batch(length)})
     return Result(
-        problem="scls-batching", solver=solver, status=status,
-        objective=round(pool.total_ms(batches), 6), bound=bound,
+        problem="scls-batching", solver=solver, status=verdict.status,
+        objective=round(pool.total_ms(batches), 6), bound=verdict.bound,
         runtime_s=time.perf_counter() - t0, time_limit_s=time_limit_s, solver_version=version,
-        proof=proof, interrupted=interrupted, notes=notes or [],
-        data={"slice_length": pool.slice_length, "memory_rule": pool.profile.memory_rule,
-              "max_size": pool.max_size, "batches": rows},
+        proof=verdict.proof, interrupted=interrupted, notes=notes or [],
+        data=BatchingData(pool.slice_length, pool.profile.memory_rule, pool.max_size, rows),
     )
+
+
+@dataclass
+class BatchingData:
+    """An SCLS batching's solution data (``Result.data``): the slice length S, the memory rule
+    and batch-size cap it ran with, and one row per batch, longest serve first (its requests,
+    size, padded input length, pad tokens, serve time, KV GiB and N_max)."""
+
+    slice_length: int
+    memory_rule: str
+    max_size: int | None
+    batches: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slice_length": self.slice_length, "memory_rule": self.memory_rule,
+                "max_size": self.max_size, "batches": self.batches}
 
 
 __all__ = ["BRUTE_MAX", "DEFAULT_SLICE_LENGTH", "FORMULATIONS", "SOLVERS", "Pool",

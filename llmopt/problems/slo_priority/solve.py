@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from llmopt.backends.cpsat import version as cpsat_version
 from llmopt.data.instance import Instance
-from llmopt.errors import InstanceError, LlmoptWarning, OptionError
+from llmopt.errors import InstanceError, InternalError, LlmoptWarning, OptionError
+from llmopt.problems.outcome import Sense, decide, keep_better, proof_text, tighter_bound
 from llmopt.problems.slo_priority import exhaustive, sa
 from llmopt.problems.slo_priority.exact import (
     ExactOutcome,
@@ -135,12 +137,13 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         detail["exhaustive"] = {"leaves": ex.leaves, "complete": ex.complete}
         if ex.batches is not None:
             ev = evaluate(data, ex.batches)
-            if ex.complete or ev.g_per_s > best.g_per_s:
-                best = ev
+            # a complete search's plan is optimal; a cut-short one replaces SA's only if better
+            best = ev if ex.complete else keep_better(
+                (best.g_per_s, best), (ev.g_per_s, ev), Sense.MAX, ties_to_incumbent=True)[1]
         if ex.complete:
-            bound_g = min(bound_g, best.g_per_s)
-            proof_of_bound = (f"exhaustive search over all {ex.leaves} orders of batches "
-                              "(ordered set partitions)")
+            bound_g = tighter_bound(bound_g, best.g_per_s, Sense.MAX)
+            proof_of_bound = proof_text("exhaustive search", f"over all {ex.leaves} orders of "
+                                                             "batches (ordered set partitions)")
         else:
             notes.append(f"the time limit stopped the exhaustive search after {ex.leaves} "
                          "plans; the best so far is kept")
@@ -155,7 +158,8 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
             interrupted = True
             notes.append("interrupted: SA's plan and the simple bound are kept")
         else:
-            best = evaluate(data, out.batches)
+            found = evaluate(data, out.batches)
+            best = keep_better((best.g_per_s, best), (found.g_per_s, found), Sense.MAX)[1]
             if out.bound_g_per_s < bound_g:
                 bound_g = out.bound_g_per_s
                 proof_of_bound = cpsat_proof(out, method)
@@ -170,11 +174,9 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
         raise OptionError("unknown solver (known: auto, cpsat, sa, exhaustive)",
                           field="--solver", value=solver)
     g = best.g_per_s
-    bound_g = max(bound_g, g)
-    proven = bound_g <= g * (1 + PROOF_TOLERANCE)
-    status = "optimal" if proven and not interrupted else "feasible"
-    if g == 0 and bound_g == 0:
-        status = "optimal"
+    verdict = decide(g, bound_g, proof=proof_of_bound, sense=Sense.MAX,
+                     tol=g * PROOF_TOLERANCE, interrupted=interrupted, what="G (requests/s)")
+    bound_g = verdict.bound if verdict.bound is not None else bound_g
     objective = None if g == 0 else 1000.0 / g
     bound = None if bound_g == 0 else 1000.0 / bound_g
     notes.insert(0, f"G = {g:.6g} requests/s (eq 2): {best.n_met} of {data.n} requests "
@@ -183,16 +185,48 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     if data.unmeetable:
         notes.append(f"unmeetable (miss their SLO even alone): {', '.join(data.unmeetable)}")
     return Result(
-        problem=PROBLEM, solver=solver, status=status,
+        problem=PROBLEM, solver=solver, status=verdict.status,
         objective=None if objective is None else round(objective, 6),
         bound=None if bound is None else round(bound, 6),
         runtime_s=time.perf_counter() - t_start, time_limit_s=time_limit_s,
-        solver_version=version, proof=proof_of_bound if status == "optimal" else None,
+        solver_version=version, proof=verdict.proof,
         interrupted=interrupted, notes=notes,
-        data={"g_per_s": g, "g_bound_per_s": bound_g, "n_met": best.n_met,
-              "total_latency_ms": best.total_ms, "max_batch": data.max_batch,
-              "unmeetable": data.unmeetable, "warnings": data.warnings,
-              **plan_data(data, best), **detail})
+        data=PriorityPlan(g_per_s=g, g_bound_per_s=bound_g, n_met=best.n_met,
+                          total_latency_ms=best.total_ms, max_batch=data.max_batch,
+                          unmeetable=data.unmeetable, warnings=data.warnings,
+                          plan=plan_data(data, best), runs=detail))
+
+
+@dataclass
+class PriorityPlan:
+    """An slo-priority solution's data (``Result.data``): G (eq 2, requests/s) and its proven
+    upper bound, the requests meeting their SLOs and the total latency t (ms) of the plan, the
+    batch cap, the requests that miss their SLO even alone, the instance's warnings, the plan
+    (``plan_data``: batches, priority, one row per request) and what each search ran
+    (``runs``: "sa", and "exhaustive" or "cpsat")."""
+
+    g_per_s: float
+    g_bound_per_s: float
+    n_met: int
+    total_latency_ms: float
+    max_batch: int
+    unmeetable: list[str]
+    warnings: list[str]
+    plan: dict[str, Any]
+    runs: dict[str, dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"g_per_s": self.g_per_s, "g_bound_per_s": self.g_bound_per_s,
+                "n_met": self.n_met, "total_latency_ms": self.total_latency_ms,
+                "max_batch": self.max_batch, "unmeetable": self.unmeetable,
+                "warnings": self.warnings, **self.plan, **self.runs}
+
+
+def priority_plan(result: Result) -> PriorityPlan:
+    """The typed data of an slo-priority result."""
+    if not isinstance(result.data, PriorityPlan):
+        raise InternalError(f"not an slo-priority result: {result.problem} ({result.solver})")
+    return result.data
 
 
 def cpsat_proof(out: ExactOutcome, method: str = "parametric") -> str:

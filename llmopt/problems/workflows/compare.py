@@ -46,7 +46,7 @@ from llmopt.problems.slo_priority.cluster import (
     plan_cluster,
 )
 from llmopt.problems.slo_priority.model import SloPriorityData
-from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, simple_bound
+from llmopt.problems.slo_priority.solve import SIMPLE_BOUND_PROOF, priority_plan, simple_bound
 from llmopt.problems.workflows.ceiling import PolicyCeilings, policy_ceilings
 from llmopt.problems.workflows.slo_priority import (
     replay_cluster_plan,
@@ -156,7 +156,7 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     best = max(valid) if valid else None
     rows = []
     for policy, result in results.items():
-        m = result.data["metrics"]
+        m = result.schedule_metrics()
         rows.append({
             "schedule": policy,
             **{k: m[k] for k in ("makespan_ms", "utilization", "tokens_per_s", "ttft_p50_ms",
@@ -283,13 +283,13 @@ def by_g(instance: Instance, policies: list[str], time_limit_s: float,
             notes.append(f"slo-priority not solved: {exc}")
         else:
             results[PLAN] = plan
+            found = priority_plan(plan)
             rows.append({"schedule": f"{PLAN} ({plan.status})", "scored_by": BY_MODEL,
-                         "g_per_s": plan.data["g_per_s"], "n_met": plan.data["n_met"],
+                         "g_per_s": found.g_per_s, "n_met": found.n_met,
                          "requests": instance.num_requests,
-                         "total_e2e_s": plan.data["total_latency_ms"] / 1000.0,
+                         "total_e2e_s": found.total_latency_ms / 1000.0,
                          "makespan_s": float("nan")})
-            if plan.data.get("g_bound_per_s") is not None:
-                bound, proof = plan.data["g_bound_per_s"], plan.proof or "CP-SAT"
+            bound, proof = found.g_bound_per_s, plan.proof or "CP-SAT"
             schedules[PLAN_REPLAYED] = replay_plan(instance, plan)
             rows.append(_replayed_row(PLAN_REPLAYED, schedules[PLAN_REPLAYED], instance))
     if optimize and not one_instance:

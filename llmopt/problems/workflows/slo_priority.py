@@ -52,7 +52,7 @@ def replayed_g(schedule: Schedule, instance: Instance) -> ReplayedG:
 def replay_plan(instance: Instance, plan: Result | Mapping[str, Any], *,
                 fast: bool = True) -> Schedule:
     """Serve a slo-priority plan on ``instance`` (one model instance) as static batches."""
-    data = plan.data if isinstance(plan, Result) else plan
+    data = plan.data.to_json() if isinstance(plan, Result) else plan
     return simulate(instance, deploy_plan(instance, data), fast=fast)
 
 
