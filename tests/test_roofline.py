@@ -14,14 +14,8 @@ import yaml
 from conftest import ROOT, SHARED_DATA, TOY
 from llmopt.data.cost import available_profiles, load_profile
 from llmopt.data.cost.hardware import bundled_configs, find_gpu, load_architecture
-from llmopt.data.cost.roofline import (
-    COEFFICIENTS,
-    Efficiency,
-    Roofline,
-    default_efficiency,
-    fit_infermax,
-    operating_region,
-)
+from llmopt.data.cost.roofline import Efficiency, Roofline, default_efficiency
+from llmopt.data.cost.roofline_fit import COEFFICIENTS, fit_infermax, operating_region
 from llmopt.data.instance import instance_from_mapping
 from llmopt.errors import InputFileError, OptionError
 from llmopt.policies.replay import replay_result
