@@ -23,7 +23,9 @@ from llmopt.problems.api import solve
 from llmopt.validate import validate_solution
 
 MODELS = {p.name.removesuffix(".config.json"): p for p in bundled_configs()}
-ROOFLINE_PROFILES = [p for p in available_profiles() if p.startswith("roofline-")]
+# the fitted (infermax) ones; the roofline family's are tests/test_roofline_family.py's
+ROOFLINE_PROFILES = [p for p in available_profiles()
+                     if p.startswith("roofline-") and load_profile(p).family == "infermax"]
 IDEAL = Efficiency(mfu_prefill=1.0, mfu_decode=1.0, mbu=1.0, mbu_elementwise=1.0,
                    kernel_floor_ms=0.0)
 
