@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -387,6 +388,19 @@ class RooflineProfile(CostProfile):
         """A decode-only iteration of ``decodes`` requests costs per_batch + per_kv · KVs read:
         :meth:`Roofline.decode_iteration_costs`."""
         return self._roofline.decode_iteration_costs(decodes)
+
+    def chunked_prefill_ms(self, prompt_tokens: Sequence[float], chunk: int) -> list[float]:
+        """Each prompt prefilled alone in chunks of ``chunk`` tokens, one per iteration: the
+        roofline's iterations summed (the k-th chunk of c tokens after m = k·chunk cached)."""
+        times = []
+        for prompt in prompt_tokens:
+            total, done, left = 0.0, 0, int(prompt)
+            while left > 0:
+                c = min(chunk, left)
+                total += self._roofline.iteration_ms(c, 0, 0.0, c * c + 2 * done * c, 1)
+                done, left = done + c, left - c
+            times.append(total)
+        return times
 
     @property
     def policy_family(self) -> str:
