@@ -28,6 +28,7 @@ PROFILES = (
 #: where the fitted form errs by more than 20 % on average in a region (a mixture of experts)
 ROOFLINE_FAMILY = (
     ("roofline-mixtral-8x7b-2xh100-direct", "mixtral-8x7b-v0.1", "H100-SXM5-80GB", 2),
+    ("roofline-qwen3-30b-a3b-h100-direct", "qwen3-30b-a3b", "H100-SXM5-80GB", 1),
 )
 
 
