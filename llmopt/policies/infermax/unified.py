@@ -45,7 +45,7 @@ def check_continuous(instance: Instance, replica: ReplicaView, *,
     room in M for every request's I + O − 1 KVs."""
     label = instance.label()
     if instance.profile.policy_family != "infermax":
-        raise InstanceError("continuous-batching replay needs an infermax profile",
+        raise InstanceError("continuous-batching replay needs an infermax or roofline profile",
                             file=label, field="model", value=instance.profile.name)
     if math.inf == replica.C:
         raise InstanceError("continuous batching needs C, the tokens per batch",
