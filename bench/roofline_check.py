@@ -27,14 +27,8 @@ from scipy.optimize import least_squares
 
 from llmopt.data.cost import InferMaxProfile, load_profile
 from llmopt.data.cost.hardware import find_gpu, hardware_dir, load_architecture
-from llmopt.data.cost.roofline import (
-    REGIONS,
-    Efficiency,
-    Roofline,
-    default_efficiency,
-    fit_infermax,
-    operating_region,
-)
+from llmopt.data.cost.roofline import Efficiency, Roofline, default_efficiency
+from llmopt.data.cost.roofline_fit import REGIONS, fit_infermax, operating_region
 
 PROFILING = ROOT.parent / "shared" / "data" / "profiling"
 MODELS = hardware_dir() / "models"

@@ -14,14 +14,8 @@ import yaml
 from conftest import ROOT, SHARED_DATA, TOY
 from llmopt.data.cost import available_profiles, load_profile
 from llmopt.data.cost.hardware import bundled_configs, find_gpu, load_architecture
-from llmopt.data.cost.roofline import (
-    COEFFICIENTS,
-    Efficiency,
-    Roofline,
-    default_efficiency,
-    fit_infermax,
-    operating_region,
-)
+from llmopt.data.cost.roofline import Efficiency, Roofline, default_efficiency
+from llmopt.data.cost.roofline_fit import COEFFICIENTS, fit_infermax, operating_region
 from llmopt.data.instance import instance_from_mapping
 from llmopt.errors import InputFileError, OptionError
 from llmopt.policies.replay import replay_result
@@ -29,7 +23,9 @@ from llmopt.problems.api import solve
 from llmopt.validate import validate_solution
 
 MODELS = {p.name.removesuffix(".config.json"): p for p in bundled_configs()}
-ROOFLINE_PROFILES = [p for p in available_profiles() if p.startswith("roofline-")]
+# the fitted (infermax) ones; the roofline family's are tests/test_roofline_family.py's
+ROOFLINE_PROFILES = [p for p in available_profiles()
+                     if p.startswith("roofline-") and load_profile(p).family == "infermax"]
 IDEAL = Efficiency(mfu_prefill=1.0, mfu_decode=1.0, mbu=1.0, mbu_elementwise=1.0,
                    kernel_floor_ms=0.0)
 

@@ -50,7 +50,7 @@ def compare(
     check_number(time_limit, "--time-limit")
     check_out_dir(out_dir)
     inst = load_instance(instance)
-    names = parse_policies(policy, inst.profile.family, "compare")
+    names = parse_policies(policy, inst.profile.policy_family, "compare")
     limit = time_limit or inst.solve.time_limit_s or DEFAULT_TIME_LIMIT_S
     shown = progress(verbose)
     comparison = run_compare(inst, names, limit, shown, optimize=optimize)

@@ -1,5 +1,7 @@
-"""``llmopt profile roofline``: an InferMax cost profile for a model on a GPU, from the model's
-``config.json`` and the GPU's datasheet peaks (``llmopt.data.cost.roofline``)."""
+"""``llmopt profile roofline``: a cost profile for a model on a GPU, from the model's
+``config.json`` and the GPU's datasheet peaks (``llmopt.data.cost.roofline``): the InferMax form
+fitted to the roofline (``llmopt.data.cost.roofline_fit``), or the roofline itself
+(``--family roofline``)."""
 
 from __future__ import annotations
 
@@ -17,11 +19,14 @@ from llmopt.data.cost.roofline import (
     Roofline,
     check_tensor_parallel,
     default_efficiency,
-    roofline_profile,
     with_overrides,
 )
+from llmopt.data.cost.roofline_fit import roofline_family_profile, roofline_profile
 from llmopt.errors import OptionError
 from llmopt.files import is_safe_name
+
+#: the profile each --family writes
+BUILDERS = {"infermax": roofline_profile, "roofline": roofline_family_profile}
 
 app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True,
                   help="Build cost profiles without profiling data.")
@@ -51,6 +56,11 @@ def roofline(
                                                       "side; default 0).")] = None,
     memory_utilization: Annotated[float | None, typer.Option(
         help="Share of the GPU memory the engine takes (default 0.9, vLLM's).")] = None,
+    family: Annotated[str, typer.Option(
+        help="infermax: the InferMax form fitted to the roofline (what the exact problems, "
+        "bounds and SLO ceiling need); roofline: the roofline itself times every iteration "
+        "(the infermax family's policies replay on it; for where the fit is poor, see the "
+        "fitted profile's source).")] = "infermax",
     name: Annotated[str | None, typer.Option(help="Profile name (default: the --out file's "
                                              "stem).")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="YAML file to write "
@@ -58,7 +68,7 @@ def roofline(
 ) -> None:
     """A roofline estimate of an iteration's time (FLOPs, weight and KV bytes, all-reduces)
     fitted to the InferMax form over the operating region, with the fit's error per region in
-    the profile's source."""
+    the profile's source; with --family roofline, the roofline itself as the profile."""
     for option, value in (("--tp", tp), ("--max-batch-tokens", max_batch_tokens),
                           ("--max-decodes", max_decodes), ("--mfu-prefill", mfu_prefill),
                           ("--mfu-decode", mfu_decode), ("--mbu", mbu),
@@ -67,6 +77,9 @@ def roofline(
     check_number(overhead_ms, "--overhead-ms", zero_ok=True)
     if dtype not in DTYPES:
         raise OptionError(f"must be one of {', '.join(DTYPES)}", field="--dtype", value=dtype)
+    if family not in BUILDERS:
+        raise OptionError(f"must be one of {', '.join(BUILDERS)}", field="--family",
+                          value=family)
     profile_name = name or (out_file.stem if out_file else model.name.split(".config")[0])
     if not is_safe_name(profile_name):
         raise OptionError("must be a safe file name: letters, digits, '.', '_', '-'",
@@ -92,11 +105,12 @@ def roofline(
     command_line = "llmopt profile roofline " + shlex.join(
         [f"--model={model.name}", f"--gpu={chosen.name}", f"--tp={tp}", f"--dtype={dtype}",
          f"--max-batch-tokens={max_batch_tokens}"]
+        + ([f"--family={family}"] if family != "infermax" else [])
         + [f"--{k.replace('_', '-')}={v}" for k, v in (
             ("max_decodes", max_decodes if max_decodes != 512 else None),
             ("mfu_prefill", mfu_prefill), ("mfu_decode", mfu_decode), ("mbu", mbu),
             ("overhead_ms", overhead_ms), ("memory_utilization", memory_utilization))
            if v is not None])
-    data = roofline_profile(estimate, name=profile_name, model_file=model.name,
+    data = BUILDERS[family](estimate, name=profile_name, model_file=model.name,
                             command=command_line, max_decodes=max_decodes)
     write_or_print(profile_yaml(data, file=out_file), out_file)

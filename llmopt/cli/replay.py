@@ -86,7 +86,7 @@ offline, online, hybrid; InferMax: every scheduler)."""
     check_out_dir(out_dir)
     check_number(ceiling_time_limit, "--ceiling-time-limit")
     inst = load_instance(instance)
-    names = parse_policies(policy, inst.profile.family, "replay")
+    names = parse_policies(policy, inst.profile.policy_family, "replay")
     if plan and "plan" not in names:
         raise OptionError("given without policy plan, which alone replays it (add "
                           "--policy plan)", field="--plan", value=str(plan))

@@ -223,11 +223,12 @@ def plan_follower(plan: Mapping[str, Any] | None) -> str:
 
 
 def check_family(instance: Instance, policy: str) -> None:
-    """Refuse ``policy`` on an instance whose profile family it does not run on."""
+    """Refuse ``policy`` on an instance whose profile it does not run on: a policy runs on the
+    profiles whose ``policy_family`` is its family (a ``roofline`` profile's is ``infermax``)."""
     family, profile = POLICIES[policy].family, instance.profile
-    if family not in ("any", profile.family):
+    if family not in ("any", profile.policy_family):
         raise InstanceError(f"policy {policy} runs on profiles of family {family}; this "
                             f"model is of family {profile.family} (its policies: "
-                            f"{', '.join(policy_names(profile.family))})",
+                            f"{', '.join(policy_names(profile.policy_family))})",
                             file=instance.label(), field="model", value=profile.name)
 

@@ -48,7 +48,8 @@ def _check_prefix_caching(instance: Instance, policy: str) -> None:
     """Prefix caching is simulated on the InferMax cost model (a chunk after m cached tokens
     costs c² + 2mc: it reads them) by the iteration-level engine; a plan fixes every chunk of
     a schedule made without a cache."""
-    if instance.profile.family != "infermax" or POLICIES[policy].engine is not Engine.ITERATION:
+    if (instance.profile.policy_family != "infermax"
+            or POLICIES[policy].engine is not Engine.ITERATION):
         raise InstanceError(f"prefix caching is simulated on infermax profiles by the "
                             f"iteration-level policies; {policy} runs on family "
                             f"{POLICIES[policy].family}", file=instance.label(),

@@ -63,6 +63,11 @@ def solve(instance: Instance, problem: str | None = None, solver: str | None = N
     """Solve ``problem`` on ``instance``; the result keeps the incumbent and the best bound even
     when the time limit is hit or the run is interrupted. ``options`` are the problem's own
     (``PROBLEMS[problem].options``; pd-competition: formulation, bins, literal, time_model)."""
+    family = FAMILIES.get(instance.profile.family)
+    if family is not None and family.unbounded_why:
+        raise InstanceError(f"no exact problem for profile family {instance.profile.family}: "
+                            f"{family.unbounded_why}", file=instance.label(), field="model",
+                            value=instance.profile.name)
     problem, solver, time_limit_s = resolve_options(instance, problem, solver, time_limit_s)
     if instance.system.prefix_caching:
         raise InstanceError(f"the exact models ({problem}) assume every prompt token is "
@@ -105,6 +110,10 @@ def family_of(instance: Instance, *, for_bounds: bool = True) -> FamilyInfo:
     when the family has no bounds or exact problem."""
     family = instance.profile.family
     info = FAMILIES.get(family)
+    if info is not None and for_bounds and info.unbounded_why:
+        raise OptionError(f"no bounds or exact problem for profile family {family!r}: "
+                          f"{info.unbounded_why}", file=instance.label(), field="model",
+                          value=instance.profile.name)
     if info is None or (for_bounds and not info.bounds):
         raise OptionError(f"no bounds or exact problem for profile family {family!r} (known: "
                           f"{', '.join(bounded_families())})", field="model",

@@ -82,6 +82,10 @@ class FamilyInfo:
     #: goodput bound), "module:function" (make_instance, level, low, high, time_limit_s,
     #: memory, grid) -> llmopt.problems.slo_ceiling.goodput.GoodputCeiling; "": none
     goodput_ceiling: str = ""
+    #: why a family whose policies replay has no bounds, exact problem or SLO ceiling, and
+    #: what to use instead: ``llmopt solve`` and ``llmopt bound`` refuse with it, ``llmopt
+    #: compare`` and the ceilings note it
+    unbounded_why: str = ""
 
 
 PANG = "Pang et al. 2025"
@@ -161,6 +165,11 @@ FAMILIES: dict[str, FamilyInfo] = {
                    goodput_ceiling="llmopt.problems.slo_ceiling.goodput:goodput_ceiling"),
         FamilyInfo("bilinear", compare="llmopt.problems.workflows.compare:by_g"),
         FamilyInfo("scls", compare="llmopt.problems.workflows.compare:by_section5"),
+        FamilyInfo("roofline", "none (the roofline is not linear: bound the fitted infermax "
+                   "profile)", replay_time_model="infermax",
+                   unbounded_why="the exact problems, bounds and SLO ceiling need the InferMax "
+                   "linear form; use the infermax profile fitted to the same roofline "
+                   "(llmopt profile roofline without --family roofline)"),
     ]
 }
 

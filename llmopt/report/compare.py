@@ -64,9 +64,10 @@ def comparison_markdown(comparison: Comparison) -> str:
                      f"{gap} |{shares}")
     if comparison.ceilings is not None:
         lines += ["", *ceiling_lines(comparison.ceilings)]
-    lines.append("")
-    lines.append(f"| lower bound | {total} | valid under |")
-    lines.append("|---|---|---|")
+    if comparison.bounds:  # a family without bounds (roofline) says so in a note
+        lines.append("")
+        lines.append(f"| lower bound | {total} | valid under |")
+        lines.append("|---|---|---|")
     for b in comparison.bounds:
         valid = b.valid_under
         if comparison.prefix_caching and not b.holds_with_prefix_cache:

@@ -268,7 +268,7 @@ def gantt_figure(instance: Instance, segments, iterations=None, *, policy: str =
     Charts of more than ``MARKED_REQUESTS_MAX`` requests get no per-request marks."""
     if continuous is None:
         continuous = bool((segments["phase"].isin(["evict", "refill"])).any()) or \
-            getattr(instance.profile, "family", "") == "infermax"
+            getattr(instance.profile, "policy_family", "") == "infermax"
     by_request = continuous and instance.num_requests <= 64
     rows = instance.num_requests if by_request else instance.total_clients
     height = min(max(3.0, (0.3 if by_request else 0.045) * rows + 1.5), 13.0)

@@ -196,7 +196,8 @@ class InstanceSource:
     sha256: str
     generated: bool
     traced: bool
-    family: str       # its cost profile's family: the policies and problems that run on it
+    family: str       # its cost profile's family: the problems that run on it
+    policy_family: str  # the family whose policies run on it (CostProfile.policy_family)
     has_slos: bool
 
 
@@ -305,7 +306,8 @@ def _sources(doc: _SweepDoc, path: Path) -> dict[str, InstanceSource]:
             name=inst.name, mapping=mapping, base_dir=str(base_dir), file=shown,
             sha256=inst.sha256, generated=isinstance(requests, dict) and "generate" in requests,
             traced=isinstance(requests, dict) and "trace" in requests,
-            family=inst.profile.family, has_slos=inst.has_slos)
+            family=inst.profile.family, policy_family=inst.profile.policy_family,
+            has_slos=inst.has_slos)
     return sources
 
 
@@ -414,10 +416,10 @@ def _check_cell(params: dict[str, Any], sources: dict[str, InstanceSource], path
         if "router" in params:
             fail("router", "applies to replays (policy), not to solves (problem)")
     source = sources[params["instance"]]
-    if policy is not None and POLICIES[policy].family not in ("any", source.family):
+    if policy is not None and POLICIES[policy].family not in ("any", source.policy_family):
         fail("policy", f"runs on profiles of family {POLICIES[policy].family}; instance "
              f"{source.name}'s model is of family {source.family} (its policies: "
-             f"{', '.join(p for p in policy_names(source.family) if p != 'plan')})")
+             f"{', '.join(p for p in policy_names(source.policy_family) if p != 'plan')})")
     if problem is not None and PROBLEMS[problem].family != source.family:
         fail("problem", f"needs a profile of family {PROBLEMS[problem].family}; instance "
              f"{source.name}'s model is of family {source.family} (its problems: "

@@ -663,9 +663,14 @@ def expected_durations(instance: Instance, comp: dict[str, np.ndarray],
       both lasts the sum;
     - an ``scls`` profile (Cheng et al. 2024, eqs 3–4), whatever the time model: the same
       mapping with eq 3 (p1..p4, batch N = chunks, input length P / N: no padding) and eq 4
-      (d1..d4, batch d, cached length (K + d) / d)."""
+      (d1..d4, batch d, cached length (K + d) / d);
+    - a ``roofline`` profile, whatever the time model: the roofline the profile's fields
+      describe (``llmopt.data.cost.roofline.Roofline``, the definition of the family's model,
+      built anew here) evaluated at each iteration's composition."""
     profile = instance.profile
     family = getattr(profile, "family", None)
+    if family == "roofline":
+        return _roofline_durations(profile, comp)
     if family == "bilinear":
         return _per_request_durations(profile, comp, ("alpha", "beta", "gamma", "delta"),
                                       "bilinear")
@@ -698,6 +703,16 @@ def expected_durations(instance: Instance, comp: dict[str, np.ndarray],
     level_cap = np.minimum(np.ceil(tokens / step) * step, cap)
     full_batch = dec.overhead_ms + dec.per_client_ms * instance.system.clients
     return np.where(is_prefill, pre.overhead_ms + pre.per_token_ms * level_cap, full_batch)
+
+
+def _roofline_durations(profile: Any, comp: dict[str, np.ndarray]) -> np.ndarray:
+    """Iteration times of a ``roofline`` profile: a roofline built from its fields, evaluated
+    per iteration at (prompt tokens, decodes, KVs they read, Σ(c² + 2mc), chunks)."""
+    estimate = profile.roofline()
+    return np.array([estimate.iteration_ms(int(p), int(d), float(k), float(u), int(c))
+                     for p, d, k, u, c in zip(comp["prefill_tokens"], comp["decoding"],
+                                              comp["kv_read"], comp["units"], comp["chunks"],
+                                              strict=True)], dtype=float)
 
 
 def _per_request_durations(profile: Any, comp: dict[str, np.ndarray], names: tuple[str, ...],

@@ -17,6 +17,10 @@ Families
 ``scls``
     Cheng et al. 2024, eqs 1–9 and Algorithm 2: padded static batches served for a slice of S
     iterations; serving time bilinear in batch size and padded length, KV memory rules.
+``roofline``
+    A roofline estimate from a model's architecture and a GPU's peaks (``llmopt profile
+    roofline --family roofline``), timing the infermax family's iterations itself where the
+    InferMax form fitted to it errs; the infermax family's policies replay on it.
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ from llmopt.data.cost.base import CostProfile
 from llmopt.data.cost.bilinear import BilinearProfile
 from llmopt.data.cost.infermax import InferMaxProfile
 from llmopt.data.cost.pang import PangLinearProfile, prefill_levels
+from llmopt.data.cost.roofline import RooflineProfile
 from llmopt.data.cost.scls import SclsProfile
 from llmopt.errors import ProfileError, unknown_name
 from llmopt.files import load_yaml_mapping, validated
 
 PROFILE_CLASSES: dict[str, type[CostProfile]] = {
     "pang_linear": PangLinearProfile, "bilinear": BilinearProfile, "infermax": InferMaxProfile,
-    "scls": SclsProfile}
+    "scls": SclsProfile, "roofline": RooflineProfile}
 FAMILIES = tuple(PROFILE_CLASSES)
 
 
@@ -118,5 +123,5 @@ def _find_profile_file(ref: str, base_dir: Path | None) -> Path | None:
 
 
 __all__ = ["FAMILIES", "BilinearProfile", "CostProfile", "InferMaxProfile", "PangLinearProfile",
-           "available_profiles", "load_profile", "models_dirs", "prefill_levels",
+           "RooflineProfile", "available_profiles", "load_profile", "models_dirs", "prefill_levels",
            "profile_from_mapping", "profile_yaml"]

@@ -30,6 +30,13 @@ class CostProfile(_Strict):
     def describe(self) -> str:
         return f"{self.name} ({self.family})"
 
+    @property
+    def policy_family(self) -> str:
+        """The family whose policies replay on this profile: its own, unless it times the same
+        iterations as another family by another cost function (``roofline``: the infermax
+        family's iterations)."""
+        return self.family
+
     def time_coefficients(self) -> list[float]:
         """The coefficients the family's times are made of (ms)."""
         return []
@@ -44,7 +51,7 @@ class CostProfile(_Strict):
 
 class IterationCosts(Protocol):
     """What the simulation reads of a profile: the families that time iterations (infermax,
-    pang_linear) have it."""
+    roofline, pang_linear) have it."""
 
     def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
                      chunks: int) -> float: ...

@@ -3,6 +3,8 @@ the KVs read by decodes, plus prefill attention in Σ(c² + 2mc) and a term per 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Literal
 
 from llmopt.data.cost.base import CostProfile, NonNegFloat, Tokens
@@ -51,6 +53,14 @@ class InferMaxProfile(CostProfile):
             return 0.0
         return (self.bias_ms + self.per_token_ms * tokens + self.decode_kv_ms * decode_kv
                 + self.prefill_attention_ms * units + self.per_prefill_request_ms * chunks)
+
+    def chunked_prefill_ms(self, prompt_tokens: Sequence[float], chunk: int) -> list[float]:
+        """Each prompt prefilled alone in chunks of ``chunk`` tokens, one per iteration (the
+        chunks' Σ(c² + 2mc) is I²): ⌈I/chunk⌉·(bias + per_prefill_request) + per_token·I +
+        prefill_attention·I²."""
+        fixed = self.bias_ms + self.per_prefill_request_ms
+        return [math.ceil(i / chunk) * fixed + self.per_token_ms * i
+                + self.prefill_attention_ms * i * i for i in prompt_tokens]
 
     def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
         """A decode-only iteration of ``decodes`` requests costs per_batch + per_kv · KVs read:

@@ -1,6 +1,7 @@
 """A roofline estimate of an iteration's time from a model's architecture and a GPU's peaks, and
-its fit to the InferMax form (Kim et al. 2025, section 3.2) that every exact model and bound of
-the infermax family uses.
+the ``roofline`` profile family that times the simulation's iterations with it directly. Its fit
+to the InferMax form (Kim et al. 2025, section 3.2), the form every exact model and bound of the
+infermax family uses, is ``llmopt.data.cost.roofline_fit``.
 
 One iteration of a tensor-parallel group of ``tp`` GPUs processes P prompt tokens in ``chunks``
 prefill chunks (Σ(c² + 2mc) = ``units``) and ``decodes`` decode tokens reading K = ``decode_kv``
@@ -39,22 +40,18 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-import numpy as np
-from scipy.optimize import nnls
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 
+from llmopt.data.cost.base import CostProfile, NonNegFloat, Tokens, _Strict
 from llmopt.data.cost.hardware import DTYPES, GIB, Architecture, Gpu, hardware_dir
 from llmopt.errors import OptionError
 
 ACTIVATION_BYTES = 2      # activations and KV caches stay 16-bit, whatever the weights' dtype
-REGIONS = ("prefill-heavy", "decode-heavy", "mixed")
-#: the InferMax form's coefficients, in the order of the fit's columns
-COEFFICIENTS = ("bias_ms", "per_token_ms", "decode_kv_ms", "prefill_attention_ms",
-                "per_prefill_request_ms")
 
 
 @dataclass(frozen=True)
@@ -257,96 +254,6 @@ class Roofline:
         return self.iteration_ms(0, decodes, 0.0, 0.0, 0), self.decode_kv_ms()
 
 
-# --- the operating region and the fit -------------------------------------------------------
-@dataclass(frozen=True)
-class Shape:
-    """One batch shape of the operating region, by the aggregates an iteration is timed by."""
-
-    region: str
-    prefill_tokens: int
-    decodes: int
-    decode_kv: int
-    units: int
-    chunks: int
-
-    def features(self) -> list[float]:
-        """The InferMax form's columns: 1, tokens, KVs read by decodes, Σ(c² + 2mc), chunks."""
-        return [1.0, self.prefill_tokens + self.decodes, self.decode_kv, self.units,
-                self.chunks]
-
-
-def _grid(low: int, high: int, points: int) -> list[int]:
-    if high < low:
-        return []
-    return sorted({round(float(x)) for x in np.geomspace(low, high, points)})
-
-
-def operating_region(max_batch_tokens: int, kv_capacity: int,
-                     max_decodes: int = 512) -> Iterator[Shape]:
-    """Batch shapes up to C = ``max_batch_tokens`` tokens and M = ``kv_capacity`` KVs:
-
-    - prefill-heavy: 1, 2, 4 or 8 equal chunks of c tokens (16 ≤ c, chunks·c ≤ C) after m cached
-      ones (m = 0, c, 4c, 16c while chunks·(m + c) ≤ M), no decodes;
-    - decode-heavy: d decodes (1 ≤ d ≤ min(C, ``max_decodes``)) of mean context 16 .. 32K
-      (d·context ≤ M), no prefill;
-    - mixed: one chunk of c tokens (after 0 or 2048 cached) and d decodes, c + d ≤ C, the
-      decodes' contexts as above."""
-    C, M = max_batch_tokens, kv_capacity
-    for chunks in (1, 2, 4, 8):
-        for c in _grid(16, C // chunks, 12):
-            for m in (0, c, 4 * c, 16 * c):
-                if chunks * (m + c) <= M:
-                    yield Shape("prefill-heavy", chunks * c, 0, 0, chunks * (c * c + 2 * m * c),
-                                chunks)
-    decode_counts = _grid(1, min(C, max_decodes), 12)
-    for d in decode_counts:
-        for context in _grid(16, min(32768, M // d), 10):
-            yield Shape("decode-heavy", 0, d, d * context, 0, 0)
-    for c in _grid(16, C - 1, 8):
-        for m in (0, 2048):
-            for d in (x for x in decode_counts if c + x <= C):
-                for context in _grid(16, min(32768, (M - m - c) // d), 5):
-                    yield Shape("mixed", c, d, d * context, c * c + 2 * m * c, 1)
-
-
-def significant(x: float, digits: int = 4) -> float:
-    return float(f"{x:.{digits}g}")
-
-
-@dataclass(frozen=True)
-class RegionError:
-    region: str
-    shapes: int
-    max_rel: float
-    mean_rel: float
-
-
-def fit_infermax(roofline: Roofline, shapes: list[Shape]) -> tuple[dict[str, float],
-                                                                   list[RegionError]]:
-    """The InferMax coefficients (non-negative, by ``scipy.optimize.nnls`` on rows scaled by
-    the roofline's time, i.e. least squares of the relative error, each region weighing the
-    same), rounded to four significant figures, and the rounded form's relative error per
-    region."""
-    features = np.array([s.features() for s in shapes], dtype=float)
-    times = np.array([roofline.iteration_ms(s.prefill_tokens, s.decodes, s.decode_kv, s.units,
-                                            s.chunks) for s in shapes])
-    regions = np.array([s.region for s in shapes])
-    # each region weighs the same, whatever its number of shapes
-    weight = np.array([1 / np.sqrt((regions == r).sum()) for r in regions])
-    scale = features.max(axis=0)  # columns of comparable size for the solver
-    scale[scale == 0] = 1.0
-    rows = features / scale * (weight / times)[:, None]
-    solution, _ = nnls(rows, weight)
-    coefficients = {k: significant(v) for k, v in zip(COEFFICIENTS, solution / scale,
-                                                      strict=True)}
-    predicted = features @ np.array([coefficients[k] for k in COEFFICIENTS])
-    relative = np.abs(predicted - times) / times
-    errors = [RegionError(r, int((regions == r).sum()), float(relative[regions == r].max()),
-                          float(relative[regions == r].mean()))
-              for r in REGIONS if (regions == r).any()]
-    return coefficients, errors
-
-
 def with_overrides(eff: Efficiency, **values: float | None) -> Efficiency:
     """``eff`` with the values given (None keeps the default)."""
     given: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
@@ -358,69 +265,160 @@ def efficiency_text(eff: Efficiency) -> str:
     return ", ".join(f"{k} = {v:g}" for k, v in shown.items())
 
 
-__all__ = ["COEFFICIENTS", "REGIONS", "Efficiency", "RegionError", "Roofline", "Shape",
-           "check_tensor_parallel", "default_efficiency", "efficiency_text", "fit_infermax",
-           "operating_region", "poor_fit", "region_text", "roofline_profile", "significant",
-           "with_overrides"]
+# --- the roofline profile family ------------------------------------------------------------
+Count = Annotated[int, Field(ge=1, le=10**7)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
-def region_text(errors: list[RegionError]) -> str:
-    return "; ".join(f"{e.region} (n = {e.shapes}) max {e.max_rel:.1%}, mean {e.mean_rel:.1%}"
-                     for e in errors)
+class ArchitectureFields(_Strict):
+    """A model's architecture as ``config.json`` gives it (``hardware.Architecture``)."""
+
+    name: str = Field(min_length=1)
+    layers: Count
+    hidden: Count
+    q_heads: Count
+    kv_heads: Count
+    head_dim: Count
+    intermediate: Count  # dense MLP width, or one expert's
+    vocab: Count
+    tied_embeddings: bool
+    experts: Annotated[int, Field(ge=0, le=10**4)] = 0  # 0: a dense model
+    experts_per_token: Annotated[int, Field(ge=0, le=10**4)] = 0
+
+    @field_validator("kv_heads")
+    @classmethod
+    def _divides_heads(cls, kv_heads: int, info: ValidationInfo) -> int:
+        q_heads = info.data.get("q_heads")
+        if q_heads is not None and q_heads % kv_heads:
+            raise ValueError(f"must divide q_heads ({q_heads})")
+        return kv_heads
+
+    @field_validator("experts_per_token")
+    @classmethod
+    def _within_experts(cls, k: int, info: ValidationInfo) -> int:
+        experts = info.data.get("experts")
+        if experts is not None and (k > experts or (experts > 0) != (k > 0)):
+            raise ValueError(f"must be between 1 and experts ({experts}) for a mixture of "
+                             "experts, 0 for a dense model")
+        return k
 
 
-POOR_FIT_MEAN = 0.2
+class GpuFields(_Strict):
+    """A GPU's datasheet peaks (a line of ``llmopt/data/hardware/gpus.csv``)."""
+
+    name: str = Field(min_length=1)
+    memory_gib: Annotated[float, Field(gt=0, le=1e4)]
+    hbm_tb_per_s: Annotated[float, Field(gt=0, le=1e3)]
+    bf16_dense_tflops: Annotated[float, Field(gt=0, le=1e6)]
+    fp8_dense_tflops: Annotated[float, Field(ge=0, le=1e6)]  # 0: no fp8 tensor cores
+    interconnect: str = Field(min_length=1)
+    interconnect_gb_per_s: Annotated[float, Field(gt=0, le=1e6)]  # both directions added
+    bf16: bool = True  # False: fp16 tensor cores only
 
 
-def poor_fit(errors: list[RegionError]) -> str:
-    """A sentence naming the regions where the InferMax form fits the roofline poorly (mean
-    relative error above ``POOR_FIT_MEAN``), empty when it fits everywhere."""
-    poor = [e.region for e in errors if e.mean_rel > POOR_FIT_MEAN]
-    if not poor:
-        return ""
-    return (f" The linear form fits poorly in the {', '.join(poor)} region"
-            f"{'s' if len(poor) > 1 else ''} (mean error above {POOR_FIT_MEAN:.0%}): a mixture "
-            "of experts reads more experts as the batch grows, and less than linearly; the "
-            "roofline itself (llmopt.data.cost.roofline.Roofline, an IterationCosts) times "
-            "such batches directly.")
+class EfficiencyFields(_Strict):
+    """The fractions of the peaks an iteration reaches and its fixed costs (``Efficiency``)."""
+
+    mfu_prefill: Fraction
+    mfu_decode: Fraction
+    mbu: Fraction
+    mbu_elementwise: Fraction
+    kernel_floor_ms: NonNegFloat
+    overhead_ms: NonNegFloat = 0.0
+    link_efficiency: Fraction = 0.8
+    allreduce_latency_ms: NonNegFloat = 0.01
+    memory_utilization: Fraction = 0.9
 
 
-def roofline_profile(roofline: Roofline, *, name: str, model_file: str, command: str,
-                     max_decodes: int = 512) -> dict:
-    """An ``infermax`` profile (a mapping, ready for YAML) fitted to ``roofline`` over its
-    operating region (C = ``roofline.max_batch_tokens``, M = its KV capacity), the fit's error
-    per region in ``source`` and the roofline's inputs in ``derivation``."""
-    a, g, eff = roofline.arch, roofline.gpu, roofline.eff
-    capacity = roofline.kv_capacity()
-    shapes = list(operating_region(roofline.max_batch_tokens, capacity, max_decodes))
-    coefficients, errors = fit_infermax(roofline, shapes)
-    moe = (f", a mixture of {a.experts} experts of which {a.experts_per_token} run per token"
-           if a.is_moe else "")
-    source = (
-        f"Roofline estimate (llmopt profile roofline) of {a.name} ({a.total_params / 1e9:.2f}B "
-        f"parameters{moe}) on {roofline.tp} × {g.name}, {roofline.dtype} weights, fitted to the "
-        f"InferMax form by non-negative least squares of the relative error over {len(shapes)} "
-        f"batch shapes up to C = {roofline.max_batch_tokens} tokens and M = {capacity} KVs. "
-        f"Fit error against the roofline (relative): {region_text(errors)}.{poor_fit(errors)} "
-        f"GPU facts: "
-        f"{g.source}; {g.interconnect_source}. Efficiencies: {eff.calibration}. No "
-        f"measurement of this model on this GPU was used: calibrate against measured batches "
-        f"when possible.")
-    derivation = (
-        f"Command: {command}. Model config: {model_file} ({a.layers} layers, hidden "
-        f"{a.hidden}, {a.q_heads} attention / {a.kv_heads} KV heads of {a.head_dim}, "
-        f"{'expert ' if a.is_moe else ''}intermediate {a.intermediate}, vocabulary {a.vocab}). "
-        f"GPU: {g.memory_gib:g} GiB, {g.hbm_tb_per_s:g} TB/s HBM, "
-        f"{g.peak_tflops(roofline.dtype):g} TFLOP/s dense {roofline.dtype}, {g.interconnect} "
-        f"{g.interconnect_gb_per_s:g} GB/s (both directions). Roofline: each kernel takes the "
-        f"longest of FLOPs / (peak × MFU), bytes / (HBM × MBU) and a floor; "
-        f"{efficiency_text(eff)}. Per GPU: weights {roofline.weights_gib():.2f} GiB, KV "
-        f"{roofline.kv_bytes_per_token():,.0f} bytes a token, activation reserve "
-        f"{roofline.activation_reserve_gib():.2f} GiB, so "
-        f"M = ({eff.memory_utilization:g} × {g.memory_gib:g} − {roofline.weights_gib():.2f} − "
-        f"{roofline.activation_reserve_gib():.2f}) GiB / KV bytes = {capacity} tokens. The model "
-        f"is llmopt.data.cost.roofline; coefficients rounded to four significant figures, the "
-        f"errors above are those of the rounded coefficients.")
-    return {"name": name, "family": "infermax", "source": source, **coefficients,
-            "kv_capacity": capacity, "max_batch_tokens": roofline.max_batch_tokens,
-            "derivation": derivation}
+class RooflineProfile(CostProfile):
+    """The roofline itself as a cost profile: every iteration of the simulation is timed by
+    :class:`Roofline` (see the module doc) from the architecture, GPU peaks, tensor parallelism,
+    weights' dtype and efficiencies held in the profile. It times the same iterations as the
+    infermax family (chunks of c tokens after m cached, Σ(c² + 2mc), decodes reading their KVs,
+    the first output token from the prefill), so the infermax family's policies replay on it;
+    the exact problems, bounds and SLO ceiling need the InferMax linear form and do not."""
+
+    family: Literal["roofline"]
+    architecture: ArchitectureFields
+    gpu: GpuFields
+    tp: Count
+    dtype: Literal["bf16", "fp16", "fp8"]
+    efficiency: EfficiencyFields
+    kv_capacity: Tokens
+    max_batch_tokens: Tokens
+    derivation: str | None = None
+    _roofline: Roofline = PrivateAttr()
+
+    @field_validator("tp")
+    @classmethod
+    def _divides_heads(cls, tp: int, info: ValidationInfo) -> int:
+        arch = info.data.get("architecture")
+        if arch is not None:
+            for heads, what in ((arch.q_heads, "q_heads"), (arch.kv_heads, "kv_heads")):
+                if heads % tp:
+                    raise ValueError(f"tensor parallelism must divide the {what} ({heads})")
+        return tp
+
+    @field_validator("dtype")
+    @classmethod
+    def _on_the_gpu(cls, dtype: str, info: ValidationInfo) -> str:
+        gpu = info.data.get("gpu")
+        if gpu is not None and dtype == "fp8" and gpu.fp8_dense_tflops <= 0:
+            raise ValueError(f"{gpu.name} has no fp8 tensor cores (fp8_dense_tflops is 0)")
+        if gpu is not None and dtype == "bf16" and not gpu.bf16:
+            raise ValueError(f"{gpu.name} has no bf16 tensor cores (bf16 is false): use fp16")
+        return dtype
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._roofline = self.roofline()
+
+    def roofline(self) -> Roofline:
+        """The roofline these fields describe (a new one each call)."""
+        return Roofline(Architecture(**self.architecture.model_dump()),
+                        Gpu(**self.gpu.model_dump(), source="", interconnect_source=""),
+                        self.tp, self.dtype, Efficiency(**self.efficiency.model_dump()),
+                        self.max_batch_tokens)
+
+    def iteration_ms(self, prefill_tokens: int, decodes: int, decode_kv: float, units: float,
+                     chunks: int) -> float:
+        """An iteration of the simulation: :meth:`Roofline.iteration_ms`."""
+        return self._roofline.iteration_ms(prefill_tokens, decodes, decode_kv, units, chunks)
+
+    def decode_iteration_costs(self, decodes: int) -> tuple[float, float]:
+        """A decode-only iteration of ``decodes`` requests costs per_batch + per_kv · KVs read:
+        :meth:`Roofline.decode_iteration_costs`."""
+        return self._roofline.decode_iteration_costs(decodes)
+
+    def chunked_prefill_ms(self, prompt_tokens: Sequence[float], chunk: int) -> list[float]:
+        """Each prompt prefilled alone in chunks of ``chunk`` tokens, one per iteration: the
+        roofline's iterations summed (the k-th chunk of c tokens after m = k·chunk cached)."""
+        times = []
+        for prompt in prompt_tokens:
+            total, done, left = 0.0, 0, int(prompt)
+            while left > 0:
+                c = min(chunk, left)
+                total += self._roofline.iteration_ms(c, 0, 0.0, c * c + 2 * done * c, 1)
+                done, left = done + c, left - c
+            times.append(total)
+        return times
+
+    @property
+    def policy_family(self) -> str:
+        return "infermax"
+
+
+def profile_fields(roofline: Roofline) -> dict[str, Any]:
+    """The fields of a ``roofline`` profile that describe ``roofline`` (ready for YAML), its
+    KV capacity computed (``Roofline.kv_capacity``)."""
+    gpu = {k: v for k, v in asdict(roofline.gpu).items()
+           if k not in ("source", "interconnect_source")}
+    efficiency = {k: v for k, v in asdict(roofline.eff).items() if k != "calibration"}
+    return {"architecture": asdict(roofline.arch), "gpu": gpu, "tp": roofline.tp,
+            "dtype": roofline.dtype, "efficiency": efficiency,
+            "kv_capacity": roofline.kv_capacity(),
+            "max_batch_tokens": roofline.max_batch_tokens}
+
+
+__all__ = ["ArchitectureFields", "Efficiency", "EfficiencyFields", "GpuFields", "Roofline",
+           "RooflineProfile", "check_tensor_parallel", "default_efficiency", "efficiency_text",
+           "profile_fields", "with_overrides"]

@@ -40,11 +40,12 @@ BLOCKED = Steady(math.inf, until_arrival=False)
 
 def check_continuous(instance: Instance, replica: ReplicaView, *,
                      unlimited_memory: bool = False) -> None:
-    """What every continuous-batching policy needs: an infermax profile, C, M (unless the
-    memory is unlimited), and room in M for every request's I + O − 1 KVs."""
+    """What every continuous-batching policy needs: a profile timing the infermax family's
+    iterations (an infermax or roofline profile), C, M (unless the memory is unlimited), and
+    room in M for every request's I + O − 1 KVs."""
     label = instance.label()
-    if instance.profile.family != "infermax":
-        raise InstanceError("continuous-batching replay needs an infermax profile",
+    if instance.profile.policy_family != "infermax":
+        raise InstanceError("continuous-batching replay needs an infermax or roofline profile",
                             file=label, field="model", value=instance.profile.name)
     if math.inf == replica.C:
         raise InstanceError("continuous batching needs C, the tokens per batch",

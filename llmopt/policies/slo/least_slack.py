@@ -68,12 +68,9 @@ class LeastSlack(IterationPolicy):
         tpot = inst.slo_targets("tpot_slo_ms")
         self.ttft_by = (inst.arrival_ms + np.where(np.isnan(ttft), NO_DEADLINE_MS, ttft)).tolist()
         self.tpot_ms = np.where(np.isnan(tpot), NO_DEADLINE_MS, tpot).tolist()
-        p = replica.profile
-        prompt = inst.input_tokens.astype(float)
         chunk = min(self.chunk, replica.C)
-        self.alone_ms = (np.ceil(prompt / chunk) * (p.bias_ms + p.per_prefill_request_ms)  # type: ignore[attr-defined]
-                         + p.per_token_ms * prompt  # type: ignore[attr-defined]
-                         + p.prefill_attention_ms * prompt * prompt).tolist()  # type: ignore[attr-defined]
+        self.alone_ms = replica.profile.chunked_prefill_ms(  # type: ignore[attr-defined]
+            inst.input_tokens.astype(float).tolist(), chunk)
 
     def next_batch(self, r: ReplicaView) -> Batch | None:
         now = r.t

@@ -100,8 +100,9 @@ def policy_ceilings(instance: Instance, schedules: Iterable[str], time_limit_s: 
     info = FAMILIES.get(family)
     if info is None or not info.slo_ceiling:
         having = ", ".join(name for name, f in FAMILIES.items() if f.slo_ceiling) or "none"
+        why = f": {info.unbounded_why}" if info is not None and info.unbounded_why else ""
         return PolicyCeilings(note=f"no proven SLO ceiling for profile family {family} "
-                                   f"(llmopt has one for: {having})")
+                                   f"(llmopt has one for: {having}){why}")
     names = list(dict.fromkeys(schedules))
     ignoring = tuple(n for n in names if ignores_memory(n))
     within = any(not ignores_memory(n) for n in names) or not names

@@ -121,19 +121,24 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
     half of the rest when the ceiling follows it, and the ceiling the rest (at least
     ``workflows.ceiling.MIN_CEILING_S``). A bound or solve whose time is up gets
     ``MIN_PHASE_S``: the closed-form bounds and the heuristics."""
-    family = family_of(instance)
+    family = family_of(instance, for_bounds=False)
     deadline = Deadline.after(time_limit_s)
     small = (family.exact_max_requests is None
              or instance.num_requests <= family.exact_max_requests)
-    solve_exact = optimize and small
+    solve_exact = optimize and small and bool(family.exact)
     ceiling_follows = instance.has_slos
     results: dict[str, Result] = {}
     notes: list[str] = []
     failed: dict[str, str] = {}
     notes += _replayed(instance, policies, deadline, time_limit_s, progress, results, failed)
-    bounds = family_bounds(instance, _seconds(deadline.share(
-        BOUNDS_SHARE if solve_exact or ceiling_follows else 1.0)), progress,
-        solver_bounds=optimize)
+    bounds: list[Bound] = []
+    if family.bounds:
+        bounds = family_bounds(instance, _seconds(deadline.share(
+            BOUNDS_SHARE if solve_exact or ceiling_follows else 1.0)), progress,
+            solver_bounds=optimize)
+    else:
+        notes.append(f"no lower bound for profile family {instance.profile.family}: "
+                     f"{family.unbounded_why or 'it has none'}")
     if solve_exact:
         progress.stage(f"{family.exact} under the replays' time model")
         try:
@@ -143,7 +148,7 @@ def by_total_time(instance: Instance, policies: list[str], time_limit_s: float =
                                           progress, **family.exact_options)
         except LlmoptError as exc:
             notes.append(f"{family.exact} not solved: {exc}")
-    elif optimize:
+    elif optimize and family.exact:
         notes.append(f"{family.exact} not solved: {instance.num_requests} requests, more "
                      f"than the {family.exact_max_requests} it is run on")
     valid = [b.value_ms for b in gap_bounds(bounds, family.replay_time_model, instance)]
