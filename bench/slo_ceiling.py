@@ -13,13 +13,16 @@ Sections (each optional, all by default except the exact model's):
 - ``--property N``: N random instances (llmopt.experiments.slo_ceiling_check), every
   InferMax-family policy replayed on each and the exact model's best plan on the small ones:
   any count above the ceiling is a violation;
+- ``--prefix-property N``: the same on N random instances with a prefix cache
+  (``random_slo_instance(seed, prefix=True)``; no exact model, which computes every prompt
+  token), published as its own section;
 - ``--exact``: the 12-request instances of bench/attainment_bound.py with the relaxations
   beside the exact model (10 s each).
 
 Usage::
 
     python bench/slo_ceiling.py [--speed] [--tightness] [--property 1000] [--exact]
-        [--write-docs]
+        [--prefix-property 300] [--write-docs]
 """
 
 from __future__ import annotations
@@ -202,16 +205,20 @@ def tightness() -> list[str]:
 
 # --------------------------------------------------------------------- property
 
-def property_check(count: int, exact_up_to: int = 8) -> list[str]:
+def property_check(count: int, exact_up_to: int = 8, prefix: bool = False) -> list[str]:
     t0 = time.perf_counter()
+    beyond_uncached = 0
     replays = violations = exact_runs = exact_errors = 0
     examples: list[str] = []
     gaps = []
     sizes = []
     for seed in range(count):
-        inst = random_slo_instance(seed)
+        inst = random_slo_instance(seed, prefix=prefix)
         result = check_instance(inst, exact_up_to=exact_up_to, exact_time_s=2.0)
         replays += len(result.counts)
+        if prefix and result.counts:
+            uncached = attainment_ceiling(inst.with_system(prefix_caching=False))
+            beyond_uncached += max(result.counts.values()) > uncached.met_max
         sizes.append(inst.num_requests)
         if result.exact_best is not None:
             exact_runs += 1
@@ -226,12 +233,18 @@ def property_check(count: int, exact_up_to: int = 8) -> list[str]:
             print(f"{seed + 1} instances, {replays} replays, {violations} violations, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
     tight = sum(1 for g in gaps if g == 0)
-    lines = ["### Property check", "",
-             f"- {count} random instances (seeds 0–{count - 1}, {min(sizes)}–{max(sizes)} "
-             f"requests, mean {sum(sizes) / count:.1f}), {replays} policy replays (every "
-             "InferMax-family policy that can run each instance), the exact model's best plan "
-             f"on {exact_runs} instances of at most {exact_up_to} requests (2 s each; "
-             f"{exact_errors} ended in the exact model's hint-completion error, see the report)",
+    what = (f"- {count} random instances with a prefix cache (seeds 0–{count - 1}, "
+            f"{min(sizes)}–{max(sizes)} requests, mean {sum(sizes) / count:.1f}; shared leading "
+            f"hash blocks in one to three groups, KV blocks of 1–4 tokens), {replays} policy "
+            "replays (every InferMax-family policy that can run each instance); on "
+            f"{beyond_uncached} of them a policy meets more than the ceiling computed as if "
+            "every prompt token were computed" if prefix else
+            f"- {count} random instances (seeds 0–{count - 1}, {min(sizes)}–{max(sizes)} "
+            f"requests, mean {sum(sizes) / count:.1f}), {replays} policy replays (every "
+            "InferMax-family policy that can run each instance), the exact model's best plan "
+            f"on {exact_runs} instances of at most {exact_up_to} requests (2 s each; "
+            f"{exact_errors} ended in the exact model's hint-completion error, see the report)")
+    lines = ["### Property check" + (" with a prefix cache" if prefix else ""), "", what,
              f"- **violations: {violations}**" + (f" ({'; '.join(examples[:3])})"
                                                   if examples else ""),
              f"- ceiling equal to the best schedule found on {tight} of {count} instances; "
@@ -272,11 +285,17 @@ def main() -> None:
     ap.add_argument("--tightness", action="store_true")
     ap.add_argument("--property", type=int, default=0, metavar="N")
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--prefix-property", type=int, default=0, metavar="N")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     if args.one:
         one(args.one)
+        return
+    if args.prefix_property:
+        lines = [header(command_line()), "",
+                 *property_check(args.prefix_property, exact_up_to=0, prefix=True)]
+        publish(args.write_docs, "slo-ceiling-prefix", "\n".join(lines))
         return
     everything = not (args.speed or args.tightness or args.property or args.exact)
     lines = [header(command_line())]

@@ -77,10 +77,15 @@ first incumbent. Then, each step keeping what it proves:
 1. energetic cuts on the met variables alone (a small model, ``_energy_cuts``): for a window
    from an arrival to a deadline, the batches taking the met requests that lie in it to their
    obligations fit in it;
-2. while the bound is above the incumbent, for up to PROBE_SHARE of the time limit: "can the
+2. while the bound is above the incumbent, for up to GROUPS_SHARE of the time limit: a
+   schedule from independent groups (``attainment_groups``): the requests cut in arrival order
+   where those before could finish alone by the next arrival, and for each group "can all of
+   it meet their SLOs with every batch ending before the next group arrives?" (a small model);
+   when every group says yes, the joined plan meets every SLO;
+3. while the bound is above the incumbent, for up to PROBE_SHARE of the time limit: "can the
    bound be reached?" as a question of feasibility (Σ met ≥ bound): CP-SAT proves "no" (the
    bound drops by one) or finds such a schedule far sooner than while maximizing;
-3. the maximization, with Σ met ≤ bound, hinted with the best policy's batches up to its last
+4. the maximization, with Σ met ≤ bound, hinted with the best policy's batches up to its last
    obligation (completed into a full assignment by a short solve with them fixed).
 
 Presolve probing is off (on these models it took most of a 10 s limit before the search
@@ -108,6 +113,7 @@ from llmopt.problems.infermax.attainment_data import (
     solo_met,
     walk,
 )
+from llmopt.problems.infermax.attainment_groups import group_plan
 from llmopt.problems.infermax.attainment_model import (
     Solved,
     build_model,
@@ -123,6 +129,7 @@ from llmopt.schedule.metrics import request_latencies
 
 ATTAINMENT = "attainment"  # the key of the policies that start it (PolicyInfo.incumbent_for)
 PROBE_SHARE = 0.25  # of the time limit, at most, for the questions "can the bound be reached?"
+GROUPS_SHARE = 0.35 # of the time limit, at most, for a schedule from independent groups
 
 __all__ = ["ATTAINMENT", "MAX_ATTAINMENT_REQUESTS", "AttainmentBound", "attainment_bound"]
 
@@ -282,6 +289,15 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
             upper = min(upper, constant + energy)
             notes.append(f"energetic cuts: at most {energy} of the {len(modeled)} requests "
                          "with deadlines")
+    if modeled and (best is None or best[0] < upper):
+        joined = group_plan(data, modeled, GROUPS_SHARE * time_limit_s, workers, progress)
+        if joined is not None:
+            plan = _extend(data, joined)
+            schedule, count, met = _replay(instance, plan, simulation)
+            notes.append(f"schedule from independent groups: {count} of {n} met")
+            if best is None or count > best[0]:
+                best = (count, plan)
+                prefix, prefix_met = plan[:_prefix_length(data, plan, schedule, met)], met
     if modeled and (best is None or best[0] < upper):
         H = max(d for i in modeled if (d := data.deadline(i)) is not None)
         N = horizon_batches(data)

@@ -6,7 +6,7 @@ requests outside the model: always met, never met, met alone)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -88,6 +88,17 @@ class Data:
 
     def needs_first(self, i: int) -> bool:
         return self.ttft[i] is not None or self.tpot[i] is not None
+
+    def subset(self, chosen: list[int]) -> Data:
+        """The requests ``chosen`` alone, on the same clock (thresholds and slack kept: the
+        slack of all the requests covers fewer)."""
+        def pick(values: list[Any]) -> list[Any]:
+            return [values[i] for i in chosen]
+
+        return replace(self, ids=tuple(pick(list(self.ids))), I=self.I[chosen],
+                       O=self.O[chosen], T_ms=self.T_ms[chosen], T=pick(self.T),
+                       ttft=pick(self.ttft), e2e=pick(self.e2e), tpot=pick(self.tpot),
+                       kind=pick(self.kind))
 
     def min_batch(self) -> int:
         """A lower bound on a non-empty batch's time on the clock."""
@@ -270,6 +281,16 @@ def _later_tokens_lb_ms(p: InferMaxProfile, C: int, I: int, O: int) -> tuple[Fra
         alone = alone and decode <= refill
         total += min(decode, refill)
     return total, alone
+
+
+def alone_finish_ms(data: Data, i: int) -> float:
+    """The least time from request i's arrival to its last obligation with the machine to
+    itself (its first token, and its last when it has a finish obligation)."""
+    p, I, O = data.profile, int(data.I[i]), int(data.O[i])
+    least = _prefill_lb_ms(p, data.C, I)
+    if data.needs_finish(i):
+        least += _later_tokens_lb_ms(p, data.C, I, O)[0]
+    return float(least)
 
 
 def _alone_possible(p: InferMaxProfile, C: int, I: int, O: int, targets: list[np.ndarray],
