@@ -82,8 +82,8 @@ class Verdict:
 
 
 def decide(objective: float | None, bound: float | None, *, proof: str | None,
-           sense: Sense = Sense.MIN, tol: float = 0.0, interrupted: bool = False,
-           ending: Ending | None = None, what: str = "objective") -> Verdict:
+           sense: Sense = Sense.MIN, tol: float = 0.0, ending: Ending | None = None,
+           what: str = "objective") -> Verdict:
     """The status of an incumbent of ``objective`` (re-evaluated exactly; None: no incumbent)
     against ``bound`` (a valid bound; None: none), proven by ``proof`` (what makes ``bound``
     valid and tight; None: nothing proves it tight). ``tol`` is absolute, in the objective's
@@ -102,7 +102,9 @@ def decide(objective: float | None, bound: float | None, *, proof: str | None,
         raise InternalError(f"{what} {objective!r} is {side} bound {bound!r} (tolerance "
                             f"{tol!r}): the bound or the incumbent is wrong")
     bound = min(bound, objective) if sense is Sense.MIN else max(bound, objective)
-    proven = proof is not None and not interrupted and abs(objective - bound) <= tol
+    # a proof holds whether or not the run was cut short afterwards: the bound it rests on
+    # and the re-evaluated incumbent are both valid
+    proven = proof is not None and abs(objective - bound) <= tol
     return Verdict("optimal" if proven else "feasible", bound, proof if proven else None)
 
 

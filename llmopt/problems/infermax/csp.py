@@ -391,7 +391,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
     complete = n_max <= N and data.exact
     verdict = decide(objective, bound_ms if complete else None, proof=proof_text(
         backend, f"proved the CSP optimal with N = {N} ≥ N_max = {n_max} batches"),
-        tol=tol, interrupted=out.interrupted, what="the replayed makespan (ms)")
+        tol=tol, what="the replayed makespan (ms)")
     bound = objective if verdict.optimal else verdict.bound
     if not complete and bound_ms is not None and objective - bound_ms <= tol:
         notes.append(f"{backend} proved this optimal among schedules of at most {N} batches "

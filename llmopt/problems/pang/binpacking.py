@@ -749,6 +749,7 @@ def _from_outcome(bp: BinPacking, out: Outcome, solver: str, bound: _Bound, t0: 
                    else (int(bp.loads(out.solution).max()), out.solution))
     ub, assign = keep_better((start_load, start), solver_plan)
     if bound.tokens >= ub:
+        bound.tokens = int(ub)  # a dual bound rounded above the incumbent: the proven value
         proof = (meets_bound(f"load {ub} tokens", bound.text) if bound.name != solver
                  else proof_text(name, f"proved optimality: makespan {ub} tokens")
                  if out.ending == "optimal"
@@ -767,7 +768,7 @@ def _result(bp: BinPacking, assign: np.ndarray, bound: _Bound, solver: str,
     """The result of ``assign``: its status from :func:`outcome.decide` on the makespan and
     the bound in tokens (``proof``: what makes ``bound`` tight, when the caller has one)."""
     loads = bp.loads(assign)
-    verdict = decide(int(loads.max()), bound.tokens, proof=proof, interrupted=interrupted,
+    verdict = decide(int(loads.max()), bound.tokens, proof=proof,
                      what="the makespan in tokens")
     return Result(
         problem="binpacking",

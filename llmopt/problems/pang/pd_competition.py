@@ -380,7 +380,7 @@ def _result(instance: Instance, problem: PDProblem, out, heuristics: Heuristics,
                          "budget delayed a stage)")
             proof = None
     verdict = decide(objective, bound, proof=proof, tol=1e-6 * max(1.0, objective),
-                     interrupted=out.interrupted, what="the makespan (ms)")
+                     what="the makespan (ms)")
     data = CompetitionPlan(
         mode="pd_competition", metrics=schedule.metrics(), formulation=formulation, bins=K,
         time_model=time_model,

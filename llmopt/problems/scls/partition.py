@@ -464,7 +464,7 @@ def solve_pool(pool: Pool, solver: str = "dp", time_limit_s: float | None = 60.0
         bound = None if out.bound is None else out.bound / NS_PER_MS - pool.n * 0.5e-6
         verdict = _verdict(pool, batches, bound, proof_text(
             "CP-SAT", f"proved the set-partition model optimal ({out.message}); costs rounded "
-                      f"to 1 ns, at most {pool.n} × 0.5 ns per partition"), out.interrupted)
+                      f"to 1 ns, at most {pool.n} × 0.5 ns per partition"))
         return _result(pool, "cpsat", verdict, batches, out.solver_version, t0, time_limit_s,
                        interrupted=out.interrupted,
                        notes=[] if verdict.optimal else [out.message])
@@ -472,12 +472,12 @@ def solve_pool(pool: Pool, solver: str = "dp", time_limit_s: float | None = 60.0
                       value=solver)
 
 
-def _verdict(pool: Pool, batches: list[list[int]], bound: float | None, proof: str | None,
-             interrupted: bool = False) -> Verdict:
+def _verdict(pool: Pool, batches: list[list[int]], bound: float | None,
+             proof: str | None) -> Verdict:
     """:func:`outcome.decide` on the partition's total serving time, equal to ``bound``
     within 1 ppm or n × 1 ns (costs rounded both ways in the CP-SAT models)."""
     objective = pool.total_ms(batches)
-    return decide(objective, bound, proof=proof, interrupted=interrupted,
+    return decide(objective, bound, proof=proof,
                   tol=max(OPTIMAL_RTOL * objective, pool.n * 1e-6),
                   what="the total serving time (ms)")
 

@@ -175,7 +175,7 @@ def solve(instance: Instance, solver: str = "auto", time_limit_s: float | None =
                           field="--solver", value=solver)
     g = best.g_per_s
     verdict = decide(g, bound_g, proof=proof_of_bound, sense=Sense.MAX,
-                     tol=g * PROOF_TOLERANCE, interrupted=interrupted, what="G (requests/s)")
+                     tol=g * PROOF_TOLERANCE, what="G (requests/s)")
     bound_g = verdict.bound if verdict.bound is not None else bound_g
     objective = None if g == 0 else 1000.0 / g
     bound = None if bound_g == 0 else 1000.0 / bound_g
