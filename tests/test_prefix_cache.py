@@ -381,7 +381,8 @@ def test_the_slo_ceiling_holds_with_a_prefix_cache():
     inst = load_instance(TOY / "slo-mooncake-sample-cached.yaml")
     ceiling = attainment_ceiling(inst, time_limit_s=30)
     uncached = attainment_ceiling(inst.with_system(prefix_caching=False), time_limit_s=30)
-    assert ceiling.met_max >= uncached.met_max
+    assert ceiling.met_max > uncached.met_max      # 195 and 149 of 300 (docs/guide.md)
+    assert "prefix cache" in ceiling.proof and "prefix caching" in ceiling.valid_under
     for policy in ("vllm-v1", "sarathi"):
         met = request_latencies(replay(inst, policy), inst)["slo_met"].sum()
         assert met <= ceiling.met_max

@@ -132,7 +132,7 @@ def test_a_tampered_iteration_and_the_linear_form_are_rejected(replayed) -> None
         if s["end_ms"] == end:
             s["end_ms"] = round(end + 0.5, 3)
     reasons = validate_solution(inst, sol)
-    assert any("off the infermax time model" in r for r in reasons), reasons
+    assert any("off the roofline time model" in r for r in reasons), reasons
     linear = instance(FITTED)
     # the same requests (their SLO targets, derived from each profile, differ)
     assert (linear.input_tokens == inst.input_tokens).all()

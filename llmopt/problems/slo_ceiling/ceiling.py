@@ -57,6 +57,9 @@ VALID_UNDER = ("InferMax cost model; every schedule of the simulation core with 
                "InferMax-family policy{memory}, every plan of batches, any router")
 CACHE_TEXT = (" with automatic prefix caching (a request may find cached the leading prompt "
               "blocks it shares with another request)")
+CACHE_PROOF = ("; with the prefix cache a prompt counts only the I − h tokens no cache can "
+               "supply (h: its leading blocks shared with another request's prompt, attention "
+               "I² − h², ⌈(I − h)/C⌉ batches) and no M row or KV rule is used")
 ALONE_PROOF = ("a request meets its SLO only if it could with the machine to itself: its "
                "prompt takes ⌈I/C⌉ batches, each later token a batch of its own (a decode or "
                "the end of a refill), each paying the bias; other requests and evictions only "
@@ -221,7 +224,8 @@ def attainment_ceiling(instance: Instance, time_limit_s: float = 60.0,
                    and not instance.system.prefix_caching
                    else " (also those ignoring M, such as vllm-unlimited)")
     return AttainmentCeiling(
-        met_max=int(bounds[method]), requests=n, method=method, proof=proofs[method],
+        met_max=int(bounds[method]), requests=n, method=method,
+        proof=proofs[method] + (CACHE_PROOF if instance.system.prefix_caching else ""),
         valid_under=VALID_UNDER.format(
             replicas=replicas, memory=memory_text,
             cache=CACHE_TEXT if instance.system.prefix_caching else ""),

@@ -35,7 +35,10 @@ request whose prompt has the same leading blocks: so the first pass of request i
 least I − h_i tokens, h_i = B·min(its leading blocks shared with another request's prompt,
 ⌊(I − 1)/B⌋), in ⌈(I − h_i)/C⌉ chunks whose c² + 2mc sum to I² − h_i² (the cached KVs are read);
 a refill of I + t tokens finds at most its own full prompt blocks, at most ⌊(I + t − 1)/B⌋ of
-them. Everything else above holds, except the KV rule (blocks shared by running requests count
+them. A request evicted before its first token may find its own earlier chunks cached when it
+starts again, but only what that earlier attempt computed: over its attempts it still computes at
+least I − h tokens and I² − h² attention before its first token. Everything else above holds,
+except the KV rule (blocks shared by running requests count
 once): with a prefix cache it is not used (as if ``memory=False``).
 
 Deadlines. A request meets its SLO when TTFT = first − arrival ≤ target, E2E = finish − arrival

@@ -115,6 +115,9 @@ def policy_ceilings(instance: Instance, schedules: Iterable[str], time_limit_s: 
             if stop.is_set():
                 notes.append("the ceiling without the KV rule was not computed (interrupted)")
                 break
+            if not memory and True in found and instance.system.prefix_caching:
+                found[False] = found[True]    # with a prefix cache no ceiling uses the KV rule
+                break
             share = WITHIN_MEMORY_SHARE if memory and ignoring else 1.0
             limit = max(share * time_limit_s if memory else
                         time_limit_s - sum(c.runtime_s for c in found.values()), MIN_CEILING_S)
