@@ -14,8 +14,10 @@ instance is left to the model as before.
 
 Cuts. A cut before request k is a candidate when every request before it could finish by k's
 arrival alone (its prompt and later tokens with the machine to itself: necessary). The requests
-between candidate cuts form the groups; a group whose question is not answered "yes" within its
-share of the time is merged into the next one, and the last group ends by its own deadlines.
+between candidate cuts form the groups, the last one ending by its own deadlines. A group whose
+answer is a proven "no" is merged into the next one; when a question is not answered within
+GROUP_TIME_S (or the time left), the search stops and the time goes to the model over every
+request.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import time
 from llmopt.problems.infermax.attainment_data import Data, Plan, alone_finish_ms
 from llmopt.problems.infermax.attainment_model import build_model, plan_from_values, run_cpsat
 from llmopt.progress import SILENT, Progress
+
+GROUP_TIME_S = 3.0  # at most, for one group's question (1–2 s answered those of 7 requests)
 
 
 def candidate_cuts(data: Data, order: list[int]) -> list[int]:
@@ -40,9 +44,9 @@ def candidate_cuts(data: Data, order: list[int]) -> list[int]:
 
 
 def every_slo_met(data: Data, group: list[int], H: int, time_limit_s: float,
-                  workers: int) -> Plan | None:
-    """A plan of ``group`` alone meeting every SLO of it with every batch ending by H (clock
-    units), if CP-SAT finds one within the time limit."""
+                  workers: int) -> tuple[Plan | None, bool]:
+    """(a plan of ``group`` alone meeting every SLO of it with every batch ending by H (clock
+    units) if CP-SAT finds one within the time limit, whether CP-SAT proved there is none)."""
     sub = data.subset(group)
     N = max(1, (H - min(sub.T)) // sub.min_batch())
     md, var = build_model(sub, N, H)
@@ -52,7 +56,7 @@ def every_slo_met(data: Data, group: list[int], H: int, time_limit_s: float,
     out = run_cpsat(md, time_limit_s, workers,
                     collect=lambda value: plan_from_values(sub, var, N, value))
     found: Plan | None = out.solution
-    return found
+    return found, out.ending == "infeasible"
 
 
 def group_plan(data: Data, chosen: list[int], time_limit_s: float, workers: int,
@@ -76,12 +80,11 @@ def group_plan(data: Data, chosen: list[int], time_limit_s: float, workers: int,
         H = max(deadlines) if last else min(max(deadlines), data.T[order[stop]])
         progress.stage(f"a schedule by independent groups: requests {start + 1}–{stop} of "
                        f"{len(order)}")
-        share = left if last else left * (stop - start) / (len(order) - start)
-        found = every_slo_met(data, group, H, share, workers)
+        found, none = every_slo_met(data, group, H, min(left, GROUP_TIME_S), workers)
+        if found is None and none and not last:
+            continue     # proven impossible by the next arrival: merged into the next group
         if found is None:
-            if last:
-                return None
-            continue     # merged into the next group
+            return None  # the time left goes to the model over every request
         plan += found
         start = stop
     return plan
