@@ -3,7 +3,9 @@
 Requests i with input I_i, output O_i and arrival T_i; batches j = 1..N (j = 0 the initial
 state). Variables, as in the paper: S_ij (prompt + generated tokens after batch j, S_i0 = I_i),
 m_ij (KVs cached after batch j, m_i0 = 0), c_ij (tokens processed in batch j), g_ij (a token is
-generated), e_ij (evicted at batch j). Constraints:
+generated), e_ij (evicted at batch j). The state per request and batch, shared with the
+attainment model, is built by ``llmopt.problems.infermax.state`` with ``Eviction.AT_BATCH`` (eq 1
+and 2 as printed). Constraints:
 
 - termination: Σ_j g_ij = O_i (the request is done once S reaches I_i + O_i);
 - non-decreasing sequence length: S_ij = S_i,j−1 + g_ij;
