@@ -129,7 +129,7 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
             assert x.e is not None  # AT_BATCH: an e_ij at every batch
             if data.T[i] > 0:  # a request is in no batch that starts before it arrives
                 arrived = md.new_bool_var(f"arr{i}_{j}")
-                t_i = math.ceil(data.T[i] * data.scale)
+                t_i = data.arrival_units(i)
                 md.add(start[j] >= t_i).only_enforce_if(arrived)
                 md.add(start[j] <= t_i - 1).only_enforce_if(arrived.negated())
                 md.add(x.c == 0).only_enforce_if(arrived.negated())
