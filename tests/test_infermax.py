@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from llmopt.data.instance import instance_from_mapping, load_instance
+from llmopt.experiments.crosscheck import INFERMAX_PROFILE
 from llmopt.policies.infermax.configs import SCHEDULERS as INFERMAX
 from llmopt.policies.registry import POLICIES
 from llmopt.policies.replay import deployment, replay, replay_result
@@ -216,6 +217,21 @@ def test_csp_with_arrivals_agrees_across_back_ends():
     starts = {row.request: row.start_ms for row in
               replay_result(inst, "vllm")[1].segments.itertuples() if row.phase == "prefill"}
     assert starts["r1"] >= 4.0 and starts["r2"] >= 9.0
+
+
+def test_csp_reads_an_arrival_as_written():
+    """4.086 ms at 1000 units per ms is 4086.0000000000005 in floats: rounded up to 4087, the
+    CSP's request arrived 1 µs late and its proven bound was 1 µs above the replayed optimum
+    (an InternalError; random_infermax_instance(45, max_requests=4) met it)."""
+    inst = instance_from_mapping({
+        "name": "arrival-as-written", "model": INFERMAX_PROFILE,
+        "system": {"clients": 1, "kv_capacity": 4, "max_batch_tokens": 4},
+        "requests": [{"id": "r0", "input_tokens": 3, "output_tokens": 1, "arrival_ms": 4.086}]})
+    data = CSPData.from_instance(inst)
+    assert data.scale == 1000 and data.arrival_units(0) == 4086
+    result = infermax_csp.solve(inst, "cpsat", 30, bins=5, simulation=ENGINE)   # N_max = 5
+    assert result.status == "optimal" and result.bound == result.objective
+    assert result.objective == pytest.approx(4.086 + 1.0 + 3 * 0.1 + 3 * 3 * 0.001 + 0.05)
 
 
 def test_csp_beats_every_heuristic_on_the_toy_instance(cli, tmp_path):

@@ -1,7 +1,8 @@
 """The attainment bound's CP-SAT model (``llmopt.problems.infermax.attainment``; its module doc
-gives the model): the variables and constraints of the InferMax state per request and batch,
-the SLO obligations, the energetic cuts on the met variables, the hint from a plan, the plan
-read back from a solution, and CP-SAT's run."""
+gives the model): the InferMax state per request and batch (``llmopt.problems.infermax.state``,
+with evictions before the batch, as in the replay), the batch times, the SLO obligations, the
+energetic cuts on the met variables, the hint from a plan, the plan read back from a solution,
+and CP-SAT's run."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ortools.sat.python import cp_model
 
 from llmopt.backends import cpsat as cpsat_backend
 from llmopt.problems.infermax.attainment_data import Data, Plan, walk
+from llmopt.problems.infermax.state import Eviction, build_state
 from llmopt.progress import SILENT, Progress
 
 # --------------------------------------------------------------------- CP-SAT model
@@ -32,10 +34,10 @@ def build_model(data: Data, N: int, H: int):
     end = [md.new_int_var(t_min, H, f"end{j}") for j in range(N + 1)]
     md.add(end[0] == t_min)  # nothing runs before the first arrival
 
-    def grid() -> list[list[Any]]:
-        return [[None] * (N + 1) for _ in range(n)]
-
-    S, m, c, e, dec, has1, done = grid(), grid(), grid(), grid(), grid(), grid(), grid()
+    met: list[Any] = [md.new_bool_var(f"met{i}") if data.kind[i] == "model" else None
+                      for i in range(n)]
+    state = build_state(md, data.I, data.O, data.C, N, Eviction.BEFORE_BATCH)
+    has1, done = state.has1, state.done
     tok_j: list[list[Any]] = [[] for _ in range(N + 1)]
     occ_j: list[list[Any]] = [[] for _ in range(N + 1)]
     act_j: list[list[Any]] = [[] for _ in range(N + 1)]
@@ -43,85 +45,28 @@ def build_model(data: Data, N: int, H: int):
     units_j: list[list[Any]] = [[] for _ in range(N + 1)]
     chunks_j: list[list[Any]] = [[] for _ in range(N + 1)]
     arrive_j: list[list[Any]] = [[] for _ in range(N + 1)]
-    met: list[Any] = [md.new_bool_var(f"met{i}") if data.kind[i] == "model" else None
-                      for i in range(n)]
     limit_j = n > data.J
     for i in range(n):
-        Ii, Oi, Ki = int(data.I[i]), int(data.O[i]), K[i]
+        Ki = K[i]
         cmax = min(data.C, Ki)
-        S[i][0] = md.new_constant(Ii)
-        m[i][0] = md.new_constant(0)
-        has1[i][0] = md.new_constant(0)
-        done[i][0] = md.new_constant(0)
-        for j in range(1, N + 1):
-            S[i][j] = md.new_int_var(Ii, Ii + Oi, f"S{i}_{j}")
-            m[i][j] = md.new_int_var(0, Ki, f"m{i}_{j}")
-            c[i][j] = md.new_int_var(0, cmax, f"c{i}_{j}")
-            g = md.new_bool_var(f"g{i}_{j}")
-            done[i][j] = md.new_bool_var(f"done{i}_{j}")
-            has1[i][j] = md.new_bool_var(f"h{i}_{j}")
-            # done once S reaches I + O; a token generated once S passes I
-            md.add(S[i][j] == Ii + Oi).only_enforce_if(done[i][j])
-            md.add(S[i][j] <= Ii + Oi - 1).only_enforce_if(done[i][j].negated())
-            md.add(S[i][j] >= Ii + 1).only_enforce_if(has1[i][j])
-            md.add(S[i][j] == Ii).only_enforce_if(has1[i][j].negated())
-            md.add_implication(has1[i][j - 1], has1[i][j])
-            md.add_implication(done[i][j - 1], done[i][j])
-            md.add_implication(done[i][j], has1[i][j])
-            # (1) an eviction before the batch frees the KVs of a running request (m ≥ 1)
-            if j >= 2:
-                e[i][j] = md.new_bool_var(f"e{i}_{j}")
-                before = md.new_int_var(0, Ki, f"b{i}_{j}")
-                md.add(before == m[i][j - 1]).only_enforce_if(e[i][j].negated())
-                md.add(before == 0).only_enforce_if(e[i][j])
-                md.add(m[i][j - 1] >= 1).only_enforce_if(e[i][j])
-            else:
-                before = m[i][0]
-            rem = md.new_int_var(1, Ii + Oi, f"rem{i}_{j}")
-            md.add(rem == S[i][j - 1] - before)
-            # (2) tokens to process; nothing once done
-            md.add(c[i][j] <= rem)
-            md.add(c[i][j] == 0).only_enforce_if(done[i][j - 1])
-            # (3) a token is generated exactly when everything uncached is processed
-            md.add(c[i][j] == rem).only_enforce_if(g)
-            md.add(c[i][j] <= rem - 1).only_enforce_if(g.negated())
-            md.add(S[i][j] == S[i][j - 1] + g)                          # sequence length
-            occ = md.new_int_var(0, Ki, f"occ{i}_{j}")
-            md.add(occ == before + c[i][j])
-            md.add(m[i][j] == occ).only_enforce_if(done[i][j].negated())
-            md.add(m[i][j] == 0).only_enforce_if(done[i][j])
-            # phases: a decode is the one uncached token after the first generated one
-            pos = md.new_bool_var(f"pos{i}_{j}")
-            md.add(c[i][j] >= 1).only_enforce_if(pos)
-            md.add(c[i][j] == 0).only_enforce_if(pos.negated())
-            one = md.new_bool_var(f"rem1{i}_{j}")
-            md.add(rem == 1).only_enforce_if(one)
-            md.add(rem >= 2).only_enforce_if(one.negated())
-            d = md.new_bool_var(f"dec{i}_{j}")
-            md.add_bool_and([pos, one, has1[i][j - 1]]).only_enforce_if(d)
-            md.add_bool_or([pos.negated(), one.negated(), has1[i][j - 1].negated()]
-                           ).only_enforce_if(d.negated())
-            dec[i][j] = d
-            kvr = md.new_int_var(0, Ki, f"kvr{i}_{j}")
-            md.add(kvr == before).only_enforce_if(d)
-            md.add(kvr == 0).only_enforce_if(d.negated())
+        for j, x in enumerate(state.cells[i], start=1):
             # prefill attention of a chunk: c² + 2·before·c = c·(occ + before); a decode's
             # 1·(2m + 1) is taken back out
             w = md.new_int_var(0, 2 * Ki, f"w{i}_{j}")
-            md.add(w == occ + before)
+            md.add(w == x.occ + x.before)
             prod = md.new_int_var(0, cmax * 2 * Ki, f"u{i}_{j}")
-            md.add_multiplication_equality(prod, [c[i][j], w])
-            tok_j[j].append(c[i][j])
-            occ_j[j].append(occ)
-            kv_j[j].append(kvr)
-            units_j[j].append(prod - 2 * kvr - d)
-            chunks_j[j].append(pos - d)
+            md.add_multiplication_equality(prod, [x.c, w])
+            tok_j[j].append(x.c)
+            occ_j[j].append(x.occ)
+            kv_j[j].append(x.kvr)
+            units_j[j].append(prod - 2 * x.kvr - x.dec)
+            chunks_j[j].append(x.pos - x.dec)
             if data.T[i] > t_min:
-                arrive_j[j].append(data.T[i] * pos)
+                arrive_j[j].append(data.T[i] * x.pos)
             if limit_j:
                 a = md.new_bool_var(f"act{i}_{j}")
-                md.add(occ >= 1).only_enforce_if(a)
-                md.add(occ == 0).only_enforce_if(a.negated())
+                md.add(x.occ >= 1).only_enforce_if(a)
+                md.add(x.occ == 0).only_enforce_if(a.negated())
                 act_j[j].append(a)
     nonempty = []
     top = max(1, sum(K))
@@ -212,7 +157,8 @@ def build_model(data: Data, N: int, H: int):
         for first, second in itertools.pairwise(members):
             md.add_implication(met[second], met[first])
     md.maximize(sum(x for x in met if x is not None))
-    return md, {"c": c, "e": e, "dec": dec, "met": met, "S": S, "m": m}
+    return md, {"c": state.c, "e": state.e, "dec": state.dec, "met": met, "S": state.S,
+                "m": state.m}
 
 
 @dataclass

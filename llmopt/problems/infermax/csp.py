@@ -3,7 +3,9 @@
 Requests i with input I_i, output O_i and arrival T_i; batches j = 1..N (j = 0 the initial
 state). Variables, as in the paper: S_ij (prompt + generated tokens after batch j, S_i0 = I_i),
 m_ij (KVs cached after batch j, m_i0 = 0), c_ij (tokens processed in batch j), g_ij (a token is
-generated), e_ij (evicted at batch j). Constraints:
+generated), e_ij (evicted at batch j). The state per request and batch, shared with the
+attainment model, is built by ``llmopt.problems.infermax.state`` with ``Eviction.AT_BATCH`` (eq 1
+and 2 as printed). Constraints:
 
 - termination: Σ_j g_ij = O_i (the request is done once S reaches I_i + O_i);
 - non-decreasing sequence length: S_ij = S_i,j−1 + g_ij;
@@ -76,6 +78,7 @@ from llmopt.problems.infermax.data import (
     plan_from_values,
     trajectories,
 )
+from llmopt.problems.infermax.state import Eviction, build_state
 from llmopt.problems.outcome import decide, keep_better, proof_text
 from llmopt.progress import SILENT, Progress
 from llmopt.result import Result, ScheduleData
@@ -103,18 +106,11 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     big_t = int((upper_ms or 1e7) * data.scale * 2) + 1
     kv_cap = [int(data.I[i] + data.O[i] - 1) for i in range(n)]
     generation_bound = data.generation_cap_applies()
-    # variables by request and batch, filled in place below (IntVar; c, e, dec and pre have
-    # none at batch 0, the initial state, and keep None there)
-    S: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
-    m: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
-    c: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
-    e: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
-    dec: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
-    pre: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
-    done: list[list[Any]] = [[None] * (N + 1) for _ in range(n)]
     start = [md.new_int_var(0, big_t, f"start{j}") for j in range(N + 1)]
     end = [md.new_int_var(0, big_t, f"end{j}") for j in range(N + 1)]
     md.add(end[0] == 0)
+    state = build_state(md, data.I, data.O, data.C, N, Eviction.AT_BATCH)
+    S, m, c, e, dec, done = state.S, state.m, state.c, state.e, state.dec, state.done
     tokens_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
     units_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
     kvr_j: list[list[IntVar]] = [[] for _ in range(N + 1)]
@@ -128,80 +124,33 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
     later_i: list[list[IntVar]] = [[] for _ in range(n)]
     for i in range(n):
         Ii, Oi = int(data.I[i]), int(data.O[i])
-        S[i][0] = md.new_constant(Ii)
-        m[i][0] = md.new_constant(0)
-        done[i][0] = md.new_constant(0)
-        for j in range(1, N + 1):
-            S[i][j] = md.new_int_var(Ii, Ii + Oi, f"S{i}_{j}")
-            m[i][j] = md.new_int_var(0, kv_cap[i], f"m{i}_{j}")
-            c[i][j] = md.new_int_var(0, min(data.C, kv_cap[i]), f"c{i}_{j}")
-            g = md.new_bool_var(f"g{i}_{j}")
-            e[i][j] = md.new_bool_var(f"e{i}_{j}")
-            done[i][j] = md.new_bool_var(f"done{i}_{j}")
-            rem = md.new_int_var(0, Ii + Oi, f"rem{i}_{j}")
-            md.add(rem == S[i][j - 1] - m[i][j - 1])
-            # termination bookkeeping: done once S reaches I + O
-            md.add(S[i][j] == Ii + Oi).only_enforce_if(done[i][j])
-            md.add(S[i][j] <= Ii + Oi - 1).only_enforce_if(done[i][j].negated())
-            # (2) tokens to process; nothing once done, evicted, or not yet arrived
-            md.add(c[i][j] <= rem)
-            md.add(c[i][j] == 0).only_enforce_if(e[i][j])
-            md.add(c[i][j] == 0).only_enforce_if(done[i][j - 1])
-            if data.T[i] > 0:
+        cmax = min(data.C, kv_cap[i])
+        for j, x in enumerate(state.cells[i], start=1):
+            assert x.e is not None  # AT_BATCH: an e_ij at every batch
+            if data.T[i] > 0:  # a request is in no batch that starts before it arrives
                 arrived = md.new_bool_var(f"arr{i}_{j}")
-                t_i = math.ceil(data.T[i] * data.scale)
+                t_i = data.arrival_units(i)
                 md.add(start[j] >= t_i).only_enforce_if(arrived)
                 md.add(start[j] <= t_i - 1).only_enforce_if(arrived.negated())
-                md.add(c[i][j] == 0).only_enforce_if(arrived.negated())
-            # (3) a token is generated exactly when everything available is processed
-            md.add(c[i][j] == rem).only_enforce_if(g)
-            md.add(c[i][j] <= rem - 1).only_enforce_if(g.negated())
-            md.add(S[i][j] == S[i][j - 1] + g)                          # sequence length
-            # (1) memory: an eviction frees everything (and needs something to free)
-            occ = md.new_int_var(0, kv_cap[i], f"occ{i}_{j}")
-            md.add(occ == m[i][j - 1] + c[i][j]).only_enforce_if(e[i][j].negated())
-            md.add(occ == 0).only_enforce_if(e[i][j])
-            md.add(m[i][j - 1] >= 1).only_enforce_if(e[i][j])
+                md.add(x.c == 0).only_enforce_if(arrived.negated())
+            # the KVs an eviction frees (for the redundant token count below)
             freed = md.new_int_var(0, kv_cap[i], f"freed{i}_{j}")
-            md.add(freed == m[i][j - 1]).only_enforce_if(e[i][j])
-            md.add(freed == 0).only_enforce_if(e[i][j].negated())
-            occ_i[i].append(occ)
+            md.add(freed == m[i][j - 1]).only_enforce_if(x.e)
+            md.add(freed == 0).only_enforce_if(x.e.negated())
+            occ_i[i].append(x.occ)
             freed_i[i].append(freed)
-            md.add(m[i][j] == occ).only_enforce_if(done[i][j].negated())
-            md.add(m[i][j] == 0).only_enforce_if(done[i][j])
-            # phases: decode = one token, the last generated one, after the first token
-            pos = md.new_bool_var(f"pos{i}_{j}")
-            md.add(c[i][j] >= 1).only_enforce_if(pos)
-            md.add(c[i][j] == 0).only_enforce_if(pos.negated())
-            one = md.new_bool_var(f"one{i}_{j}")
-            md.add(c[i][j] == 1).only_enforce_if(one)
-            md.add(c[i][j] != 1).only_enforce_if(one.negated())
-            rem1 = md.new_bool_var(f"rem1{i}_{j}")
-            md.add(rem == 1).only_enforce_if(rem1)
-            md.add(rem != 1).only_enforce_if(rem1.negated())
-            gen = md.new_bool_var(f"gen{i}_{j}")
-            md.add(S[i][j - 1] >= Ii + 1).only_enforce_if(gen)
-            md.add(S[i][j - 1] <= Ii).only_enforce_if(gen.negated())
-            dec[i][j] = md.new_bool_var(f"dec{i}_{j}")
-            md.add_bool_and([one, rem1, gen]).only_enforce_if(dec[i][j])
-            md.add_bool_or([one.negated(), rem1.negated(), gen.negated()]).only_enforce_if(
-                dec[i][j].negated())
-            pre[i][j] = md.new_bool_var(f"pre{i}_{j}")
-            md.add_bool_and([pos, dec[i][j].negated()]).only_enforce_if(pre[i][j])
-            md.add_bool_or([pos.negated(), dec[i][j]]).only_enforce_if(pre[i][j].negated())
+            pre = md.new_bool_var(f"pre{i}_{j}")                       # a prefill chunk
+            md.add_bool_and([x.pos, x.dec.negated()]).only_enforce_if(pre)
+            md.add_bool_or([x.pos.negated(), x.dec]).only_enforce_if(pre.negated())
             # cost terms
-            kvr = md.new_int_var(0, kv_cap[i], f"kvr{i}_{j}")
-            md.add(kvr == m[i][j - 1]).only_enforce_if(dec[i][j])
-            md.add(kvr == 0).only_enforce_if(dec[i][j].negated())
-            cmax = min(data.C, kv_cap[i])
             units = md.new_int_var(0, cmax * cmax + 2 * cmax * kv_cap[i], f"u{i}_{j}")
             if offline:
                 # the chunks of one (re)fill pass of length L cost Σ(c² + 2mc) = L² in all;
                 # with every batch's time only summed, the pass's L² is charged to its last
                 # chunk (the one that generates): L = S_{j−1}, tabulated
                 last = md.new_bool_var(f"last{i}_{j}")
-                md.add_bool_and([pre[i][j], g]).only_enforce_if(last)
-                md.add_bool_or([pre[i][j].negated(), g.negated()]).only_enforce_if(last.negated())
+                md.add_bool_and([pre, x.g]).only_enforce_if(last)
+                md.add_bool_or([pre.negated(), x.g.negated()]).only_enforce_if(last.negated())
                 sq_table = [(Ii + k) ** 2 for k in range(Oi + 1)]
                 sq = md.new_int_var(min(sq_table), max(sq_table), f"sq{i}_{j}")
                 idx = md.new_int_var(0, Oi, f"len{i}_{j}")
@@ -211,26 +160,27 @@ def build_cpsat(data: CSPData, N: int, hint: list[dict[str, Any]] | None = None,
                 md.add(units == 0).only_enforce_if(last.negated())
             else:
                 sq = md.new_int_var(0, cmax * cmax, f"sq{i}_{j}")
-                md.add_multiplication_equality(sq, [c[i][j], c[i][j]])
+                md.add_multiplication_equality(sq, [x.c, x.c])
                 mc = md.new_int_var(0, cmax * kv_cap[i], f"mc{i}_{j}")
-                md.add_multiplication_equality(mc, [m[i][j - 1], c[i][j]])
-                md.add(units == sq + 2 * mc).only_enforce_if(pre[i][j])
-                md.add(units == 0).only_enforce_if(pre[i][j].negated())
+                md.add_multiplication_equality(mc, [m[i][j - 1], x.c])
+                md.add(units == sq + 2 * mc).only_enforce_if(pre)
+                md.add(units == 0).only_enforce_if(pre.negated())
             ptok = md.new_int_var(0, cmax, f"pt{i}_{j}")
-            md.add(ptok == c[i][j]).only_enforce_if(pre[i][j])
-            md.add(ptok == 0).only_enforce_if(pre[i][j].negated())
-            tokens_j[j].append(c[i][j])
+            md.add(ptok == x.c).only_enforce_if(pre)
+            md.add(ptok == 0).only_enforce_if(pre.negated())
+            tokens_j[j].append(x.c)
             units_j[j].append(units)
-            kvr_j[j].append(kvr)
-            chunks_j[j].append(pre[i][j])
-            occ_j[j].append(occ)
+            kvr_j[j].append(x.kvr)
+            chunks_j[j].append(pre)
+            occ_j[j].append(x.occ)
             # redundant, for the relaxation: a request generating a token holds all its
             # S_{j−1} ≥ I + [a token was generated before] KVs in that batch
             gen_g = md.new_bool_var(f"gg{i}_{j}")
-            md.add_bool_and([g, gen]).only_enforce_if(gen_g)
-            md.add_bool_or([g.negated(), gen.negated()]).only_enforce_if(gen_g.negated())
-            gheld_j[j].append(Ii * g + gen_g)
-            score_j[j].append(g + gen_g)
+            gen = state.has1[i][j - 1]
+            md.add_bool_and([x.g, gen]).only_enforce_if(gen_g)
+            md.add_bool_or([x.g.negated(), gen.negated()]).only_enforce_if(gen_g.negated())
+            gheld_j[j].append(Ii * x.g + gen_g)
+            score_j[j].append(x.g + gen_g)
             later_i[i].append(gen_g)
             ptok_j[j].append(ptok)
         md.add(done[i][N] == 1)                                         # termination

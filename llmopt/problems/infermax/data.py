@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -66,6 +68,12 @@ class CSPData:
 
     def coef(self, name: str) -> int:
         return round(getattr(self.profile, name) * self.scale)
+
+    def arrival_units(self, i: int) -> int:
+        """Request i's arrival in time units, read as written (4.086 ms is 4086 units at 1000
+        per ms; in floats 4.086 · 1000 is 4086.0000000000005) and rounded down: exact when its
+        decimals fit the scale, else earlier, which only relaxes the model."""
+        return math.floor(Fraction(Decimal(repr(float(self.T[i])))) * self.scale)
 
     def generation_weight_cap(self) -> int:
         """The most a batch can score when each request generating its first token scores 1
