@@ -12,8 +12,9 @@ or, if later, when the last of its requests arrives (no other idle time). It als
 best schedule found (``met_best``, counted by replaying its plan) and that plan, which the
 ``plan`` policy replays. Status ``optimal`` when the replayed count equals the bound.
 
-Model (CP-SAT). Requests i, batches j = 1..N (j = 0 the initial state). Variables per request and
-batch, as in the paper: S_ij (prompt and generated tokens after batch j), m_ij (cached KVs after
+Model (CP-SAT). Requests i, batches j = 1..N (j = 0 the initial state). The state per request and
+batch is the CSP's (``llmopt.problems.infermax.state``, ``Eviction.BEFORE_BATCH``). Variables per
+request and batch, as in the paper: S_ij (prompt and generated tokens after batch j), m_ij (cached KVs after
 batch j), c_ij (tokens processed), g_ij (a token generated), e_ij (evicted before batch j); per
 batch its start and end; per request met_i, maximized. Constraints, all exact:
 
