@@ -14,9 +14,10 @@ best schedule found (``met_best``, counted by replaying its plan) and that plan,
 
 Model (CP-SAT). Requests i, batches j = 1..N (j = 0 the initial state). The state per request and
 batch is the CSP's (``llmopt.problems.infermax.state``, ``Eviction.BEFORE_BATCH``). Variables per
-request and batch, as in the paper: S_ij (prompt and generated tokens after batch j), m_ij (cached KVs after
-batch j), c_ij (tokens processed), g_ij (a token generated), e_ij (evicted before batch j); per
-batch its start and end; per request met_i, maximized. Constraints, all exact:
+request and batch, as in the paper: S_ij (prompt and generated tokens after batch j), m_ij
+(cached KVs after batch j), c_ij (tokens processed), g_ij (a token generated), e_ij (evicted
+before batch j); per batch its start and end; per request met_i, maximized. Constraints, all
+exact:
 
 - non-decreasing sequence length: S_ij = S_i,j−1 + g_ij;
 - memory management (eq 1): the KVs before batch j are 0 if evicted (a running request, m ≥ 1),
