@@ -125,7 +125,7 @@ def test_bundled_cluster_replay_is_valid_and_a_slower_decode_is_refused() -> Non
     profile = dict(COEF, decode=dict(COEF["decode"], c4=COEF["decode"]["c4"] + 1.0))
     slower = instance_from_mapping(dict(data, model=profile))
     reasons = validate_solution(slower, sol)
-    assert any("off the infermax time model" in r for r in reasons), reasons
+    assert any("off the scls time model" in r for r in reasons), reasons
 
 
 def test_ils_refuses_other_families_and_requests_beyond_the_cache() -> None:

@@ -221,7 +221,7 @@ def test_toy_replays_are_valid_and_the_validator_times_bilinear_iterations() -> 
     profile = dict(COEF, decode=dict(COEF["decode"], delta=COEF["decode"]["delta"] + 1.0))
     slower = instance_from_mapping(dict(data, model=profile))
     reasons = validate_solution(slower, sol)
-    assert any("off the replay time model" in r for r in reasons), reasons
+    assert any("off the bilinear time model" in r for r in reasons), reasons
 
 
 # --- Algorithm 2 on one cluster clock ------------------------------------------------------

@@ -258,6 +258,9 @@ class _StubReplica:
     def generated(self, i: int) -> int:
         return self.gen[i]
 
+    def admission_kv(self, i: int, c: int) -> int:
+        return c      # no prefix cache: the tokens themselves
+
     def take_waiting(self, i: int) -> None:
         pass
 

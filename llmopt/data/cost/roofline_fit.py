@@ -132,14 +132,22 @@ def poor_fit(errors: list[RegionError]) -> str:
             "such batches directly.")
 
 
+def _fitted(roofline: Roofline, max_decodes: int
+            ) -> tuple[int, list[Shape], dict[str, float], list[RegionError]]:
+    """(KV capacity, the operating region's batch shapes, the InferMax coefficients fitted
+    over them, the fit's errors per region)."""
+    capacity = roofline.kv_capacity()
+    shapes = list(operating_region(roofline.max_batch_tokens, capacity, max_decodes))
+    coefficients, errors = fit_infermax(roofline, shapes)
+    return capacity, shapes, coefficients, errors
+
+
 def roofline_profile(roofline: Roofline, *, name: str, model_file: str, command: str,
                      max_decodes: int = 512) -> dict:
     """An ``infermax`` profile (a mapping, ready for YAML) fitted to ``roofline`` over its
     operating region (C = ``roofline.max_batch_tokens``, M = its KV capacity), the fit's error
     per region in ``source`` and the roofline's inputs in ``derivation``."""
-    capacity = roofline.kv_capacity()
-    shapes = list(operating_region(roofline.max_batch_tokens, capacity, max_decodes))
-    coefficients, errors = fit_infermax(roofline, shapes)
+    capacity, shapes, coefficients, errors = _fitted(roofline, max_decodes)
     source = (
         f"Roofline estimate (llmopt profile roofline) of {_model_text(roofline)}, fitted to the "
         f"InferMax form by non-negative least squares of the relative error over {len(shapes)} "
@@ -160,9 +168,7 @@ def roofline_family_profile(roofline: Roofline, *, name: str, model_file: str, c
     """A ``roofline`` profile (a mapping, ready for YAML): ``roofline``'s inputs, timing every
     iteration with the roofline itself; its ``source`` states how far the InferMax form fitted
     over the same operating region is from it, per region (what the fitted profile loses)."""
-    capacity = roofline.kv_capacity()
-    shapes = list(operating_region(roofline.max_batch_tokens, capacity, max_decodes))
-    _, errors = fit_infermax(roofline, shapes)
+    capacity, shapes, _, errors = _fitted(roofline, max_decodes)
     source = (
         f"Roofline estimate (llmopt profile roofline --family roofline) of "
         f"{_model_text(roofline)}; every iteration is timed by the roofline itself, not by a "
