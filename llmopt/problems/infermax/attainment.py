@@ -177,6 +177,16 @@ def _merge_evictions(plan: Plan) -> Plan:
     return out
 
 
+def _first_batches(plan: Plan, k: int) -> Plan:
+    """``plan`` up to its k-th batch that processes tokens (evict-only entries kept)."""
+    seen = 0
+    for j, batch in enumerate(plan):
+        if seen == k:
+            return plan[:j]
+        seen += bool(batch.get("prefill") or batch.get("decode"))
+    return list(plan)
+
+
 def _prefix_length(data: Data, plan: Plan, schedule: Any, met: np.ndarray) -> int:
     """How many (non-empty) batches of ``plan`` the model needs: up to the one completing the
     last obligation of a request in the objective that meets its SLO (0 if none)."""
@@ -299,7 +309,9 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
             notes.append(f"schedule from independent groups: {count} of {n} met")
             if best is None or count > best[0]:
                 best = (count, plan)
-                prefix, prefix_met = plan[:_prefix_length(data, plan, schedule, met)], met
+                prefix = _merge_evictions(_first_batches(
+                    plan, _prefix_length(data, plan, schedule, met)))
+                prefix_met = met
     if modeled and (best is None or best[0] < upper):
         H = max(d for i in modeled if (d := data.deadline(i)) is not None)
         N = horizon_batches(data)

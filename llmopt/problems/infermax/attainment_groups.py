@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 
-from llmopt.problems.infermax.attainment_data import Data, Plan, alone_finish_ms
+from llmopt.problems.infermax.attainment_data import Data, Plan, alone_finish_ms, walk
 from llmopt.problems.infermax.attainment_model import build_model, plan_from_values, run_cpsat
 from llmopt.progress import SILENT, Progress
 
@@ -86,6 +86,12 @@ def group_plan(data: Data, chosen: list[int], time_limit_s: float, workers: int,
         if found is None:
             return None  # the time left goes to the model over every request
         plan += found
+        # a request with a first-token target only may still hold KVs: evicted (served after
+        # every group), so that the next group has the memory its model assumes
+        states = walk(data, plan)
+        holding = [data.ids[i] for i in range(data.n) if states and states[-1]["m"][i] > 0]
+        if holding:
+            plan.append({"evict": holding, "prefill": {}, "decode": []})
         start = stop
     return plan
 
