@@ -94,6 +94,36 @@ class PrefixIndex:
         return min(self.covered_tokens(i), prompt - 1) // self.block_size
 
 
+def reusable_blocks(instance: Instance, block: int, index: PrefixIndex | None = None
+                    ) -> tuple[np.ndarray, int]:
+    """Per request, r_i: the leading blocks of its prompt that another request's prompt also
+    holds, within those a hit may cover; and H, the blocks all first passes may skip together
+    (``llmopt.problems.infermax.bounds``, ``infermax_work_cached``). Equal keys mean equal
+    prefixes, so a request's shared keys are its first ones. ``index``: the instance's, for
+    blocks of ``block`` tokens, when the caller has one."""
+    index = index or PrefixIndex(instance.requests, block)
+    n = instance.num_requests
+    keys = [index.keys(i) for i in range(n)]
+    cacheable = np.array([index.cacheable_blocks(i) for i in range(n)], dtype=np.int64)
+    if not any(len(k) for k in keys):
+        return np.zeros(n, dtype=np.int64), 0
+    flat = np.concatenate(keys)
+    owner = np.repeat(np.arange(n), [len(k) for k in keys])
+    position = np.arange(len(flat)) - np.repeat(np.cumsum([len(k) for k in keys])
+                                                - [len(k) for k in keys], [len(k) for k in keys])
+    distinct, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+    shared = counts[inverse] >= 2  # a request's keys are distinct: ≥ 2 holders
+    reach = np.minimum(np.bincount(owner, weights=shared, minlength=n).astype(np.int64),
+                       cacheable)
+    hittable = position < cacheable[owner]
+    elsewhere = np.zeros(len(distinct), dtype=bool)
+    elsewhere[inverse[~hittable]] = True  # held somewhere a hit cannot cover: computed there
+    only_hittable = np.zeros(len(distinct), dtype=bool)
+    only_hittable[inverse[hittable]] = True
+    most = int(hittable.sum()) - int((only_hittable & ~elsewhere).sum())
+    return reach, most
+
+
 @dataclass(frozen=True)
 class Reuse:
     """Prompt tokens and blocks found cached, over all requests and per request."""

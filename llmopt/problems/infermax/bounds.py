@@ -46,7 +46,7 @@ import numpy as np
 from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
 from llmopt.data.limits import Limits, block_size, resolve_limits
-from llmopt.data.prefix import PrefixIndex
+from llmopt.data.prefix import reusable_blocks
 from llmopt.errors import InstanceError
 from llmopt.problems.base import Bound, Simulation
 from llmopt.problems.infermax.csp import solve as solve_csp
@@ -155,34 +155,6 @@ def infermax_cached_bound(instance: Instance) -> Bound:
                 "binding": "shared work" if shared >= alone.max() else "one request"},
         holds_with_prefix_cache=True,
     )
-
-
-def reusable_blocks(instance: Instance, block: int) -> tuple[np.ndarray, int]:
-    """Per request, r_i: the leading blocks of its prompt that another request's prompt also
-    holds, within those a hit may cover; and H, the blocks all first passes may skip together
-    (module doc). Equal keys mean equal prefixes, so a request's shared keys are its first
-    ones."""
-    index = PrefixIndex(instance.requests, block)
-    n = instance.num_requests
-    keys = [index.keys(i) for i in range(n)]
-    cacheable = np.array([index.cacheable_blocks(i) for i in range(n)], dtype=np.int64)
-    if not any(len(k) for k in keys):
-        return np.zeros(n, dtype=np.int64), 0
-    flat = np.concatenate(keys)
-    owner = np.repeat(np.arange(n), [len(k) for k in keys])
-    position = np.arange(len(flat)) - np.repeat(np.cumsum([len(k) for k in keys])
-                                                - [len(k) for k in keys], [len(k) for k in keys])
-    distinct, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-    shared = counts[inverse] >= 2  # a request's keys are distinct: ≥ 2 holders
-    reach = np.minimum(np.bincount(owner, weights=shared, minlength=n).astype(np.int64),
-                       cacheable)
-    hittable = position < cacheable[owner]
-    elsewhere = np.zeros(len(distinct), dtype=bool)
-    elsewhere[inverse[~hittable]] = True  # held somewhere a hit cannot cover: computed there
-    only_hittable = np.zeros(len(distinct), dtype=bool)
-    only_hittable[inverse[hittable]] = True
-    most = int(hittable.sum()) - int((only_hittable & ~elsewhere).sum())
-    return reach, most
 
 
 def _most_attention_spared(reach: np.ndarray, block: int, budget: int) -> float:

@@ -59,7 +59,7 @@ import numpy as np
 from llmopt.data.cost import InferMaxProfile
 from llmopt.data.instance import Instance
 from llmopt.data.limits import block_size, resolve_limits
-from llmopt.data.prefix import PrefixIndex
+from llmopt.data.prefix import PrefixIndex, reusable_blocks
 from llmopt.errors import InstanceError
 
 MET_TOLERANCE_MS = 1e-6   # llmopt.schedule.metrics.MET_TOLERANCE_MS (schedule is above problems)
@@ -174,20 +174,13 @@ def _refill(p: InferMaxProfile, ctx: np.ndarray, C: int | None,
 
 def cacheable(instance: Instance) -> tuple[np.ndarray, np.ndarray, int]:
     """With a prefix cache (the module doc): per request, h (tokens its first pass may find
-    cached) and its full prompt blocks (what a refill may find), and B."""
+    cached: ``reusable_blocks``' r_i blocks) and its full prompt blocks (what a refill may
+    find), and B."""
     B = block_size(instance)
     index = PrefixIndex(instance.requests, B)
-    keys = [index.keys(i) for i in range(instance.num_requests)]
-    found, counts = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *keys]),
-                              return_counts=True)
-    shared = found[counts >= 2]
-    I = instance.input_tokens.astype(np.int64)
-    first = np.zeros(len(keys))
-    for i, k in enumerate(keys):
-        run = np.isin(k, shared)
-        lead = len(run) if run.all() else int(np.argmin(run))
-        first[i] = min(lead, (int(I[i]) - 1) // B) * B
-    return first, np.array([len(k) for k in keys], dtype=float), B
+    reach, _ = reusable_blocks(instance, B, index)
+    own = [index.covered_tokens(i) // B for i in range(instance.num_requests)]
+    return (B * reach).astype(float), np.array(own, dtype=float), B
 
 
 def charge_rules(M: int | None, C: int | None) -> list[str]:
