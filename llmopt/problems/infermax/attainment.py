@@ -79,15 +79,20 @@ first incumbent. Then, each step keeping what it proves:
 1. energetic cuts on the met variables alone (a small model, ``_energy_cuts``): for a window
    from an arrival to a deadline, the batches taking the met requests that lie in it to their
    obligations fit in it;
-2. while the bound is above the incumbent, for up to GROUPS_SHARE of the time limit: a
+2. while the bound is above the incumbent, for up to SEARCH_SHARE of the time limit: list
+   scheduling over priority orders (``attainment_search``): a rollout builds batches from an
+   order of the requests, a prefill budget, holds (a prompt waits for a later arrival to share
+   its batch) and deadline guards, and simulated annealing over those keeps the schedule
+   meeting the most SLOs (thousands of schedules a second; only with ``heuristics``);
+3. while the bound is above the incumbent, for up to GROUPS_SHARE of the time limit: a
    schedule from independent groups (``attainment_groups``): the requests cut in arrival order
    where those before could finish alone by the next arrival, and for each group "can all of
    it meet their SLOs with every batch ending before the next group arrives?" (a small model);
    when every group says yes, the joined plan meets every SLO;
-3. while the bound is above the incumbent, for up to PROBE_SHARE of the time limit: "can the
-   bound be reached?" as a question of feasibility (Σ met ≥ bound): CP-SAT proves "no" (the
+4. while the bound is above the incumbent, until PROBE_SHARE of the time limit has passed: "can
+   the bound be reached?" as a question of feasibility (Σ met ≥ bound): CP-SAT proves "no" (the
    bound drops by one) or finds such a schedule far sooner than while maximizing;
-4. the maximization, with Σ met ≤ bound, hinted with the best policy's batches up to its last
+5. the maximization, with Σ met ≤ bound, hinted with the best schedule's batches up to its last
    obligation (completed into a full assignment by a short solve with them fixed).
 
 Presolve probing is off (on these models it took most of a 10 s limit before the search
@@ -124,6 +129,7 @@ from llmopt.problems.infermax.attainment_model import (
     plan_from_values,
     run_cpsat,
 )
+from llmopt.problems.infermax.attainment_search import search_plan
 from llmopt.problems.infermax.data import batches_from_schedule
 from llmopt.problems.outcome import Sense, decide, proof_text
 from llmopt.progress import SILENT, Progress
@@ -132,6 +138,7 @@ from llmopt.schedule.metrics import request_latencies
 ATTAINMENT = "attainment"  # the key of the policies that start it (PolicyInfo.incumbent_for)
 PROBE_SHARE = 0.25  # of the time limit, at most, for the questions "can the bound be reached?"
 GROUPS_SHARE = 0.35 # of the time limit, at most, for a schedule from independent groups
+SEARCH_SHARE = 0.4  # of the time limit, at most, for list scheduling over priority orders
 
 __all__ = ["ATTAINMENT", "MAX_ATTAINMENT_REQUESTS", "AttainmentBound", "attainment_bound"]
 
@@ -301,6 +308,17 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
             upper = min(upper, constant + energy)
             notes.append(f"energetic cuts: at most {energy} of the {len(modeled)} requests "
                          "with deadlines")
+    if heuristics and modeled and (best is None or best[0] < upper):
+        progress.stage("a schedule by list scheduling over priority orders")
+        found = search_plan(data, modeled, SEARCH_SHARE * time_limit_s, upper - constant)
+        plan = _extend(data, found.plan)
+        schedule, count, met = _replay(instance, plan, simulation)
+        notes.append(f"list scheduling over priority orders: {count} of {n} met")
+        if best is None or count > best[0]:
+            best = (count, plan)
+            prefix = _merge_evictions(_first_batches(
+                plan, _prefix_length(data, plan, schedule, met)))
+            prefix_met = met
     if modeled and (best is None or best[0] < upper):
         joined = group_plan(data, modeled, GROUPS_SHARE * time_limit_s, workers, progress)
         if joined is not None:
