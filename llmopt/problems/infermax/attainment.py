@@ -88,9 +88,9 @@ first incumbent. Then, each step keeping what it proves:
    schedule from independent groups (``attainment_groups``): the requests cut in arrival order
    where those before could finish alone by the next arrival, and for each group "can all of
    it meet their SLOs with every batch ending before the next group arrives?" (a small model);
-   when every group says yes, the joined plan meets every SLO;
-4. while the bound is above the incumbent, until PROBE_SHARE of the time limit has passed: "can
-   the bound be reached?" as a question of feasibility (Σ met ≥ bound): CP-SAT proves "no" (the
+   when every group says yes, the joined plan meets every SLO (only with ``heuristics``);
+4. while the bound is above the incumbent, for up to PROBE_SHARE of the time limit: "can the
+   bound be reached?" as a question of feasibility (Σ met ≥ bound): CP-SAT proves "no" (the
    bound drops by one) or finds such a schedule far sooner than while maximizing;
 5. the maximization, with Σ met ≤ bound, hinted with the best schedule's batches up to its last
    obligation (completed into a full assignment by a short solve with them fixed).
@@ -270,9 +270,10 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
                      simulation: Simulation) -> AttainmentBound:
     """The proven upper bound on the requests of ``instance`` meeting their SLOs, the best
     schedule found and its plan (see the module doc). ``time_limit_s`` covers the replay
-    policies, the model's building and CP-SAT; ``workers`` are CP-SAT's threads;
-    ``heuristics``: start from the replay policies' schedules (without them the model is
-    always solved, as the tests do to check it); ``simulation`` replays them and the plans
+    policies, the list scheduling, the groups, the model's building and CP-SAT; ``workers``
+    are CP-SAT's threads; ``heuristics``: start from the replay policies' schedules, the list
+    scheduling and the groups (without them the model is always solved, as the tests do to
+    check it); ``simulation`` replays them and the plans
     (``llmopt.problems.workflows.attainment.attainment_bound`` gives it)."""
     t0 = time.perf_counter()
     if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float) or not (
@@ -319,7 +320,7 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
             prefix = _merge_evictions(_first_batches(
                 plan, _prefix_length(data, plan, schedule, met)))
             prefix_met = met
-    if modeled and (best is None or best[0] < upper):
+    if heuristics and modeled and (best is None or best[0] < upper):
         joined = group_plan(data, modeled, GROUPS_SHARE * time_limit_s, workers, progress)
         if joined is not None:
             plan = _extend(data, joined)
@@ -365,7 +366,8 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
 
         # 1. can the bound be reached? (CP-SAT decides "at least k met" far sooner than it
         # proves the same bound while maximizing)
-        probes_until = t0 + PROBE_SHARE * time_limit_s
+        probes_until = min(time.perf_counter() + PROBE_SHARE * time_limit_s,
+                           t0 + time_limit_s)
         while (best is None or best[0] < upper) and time.perf_counter() < probes_until - 0.1:
             k = upper - constant
             progress.stage(f"attainment model, N = {N} batches: can {k} of {len(modeled)} "

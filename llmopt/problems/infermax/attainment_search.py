@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from llmopt.errors import InternalError
 from llmopt.problems.infermax.attainment_data import Data, Plan
 
 BUDGETS = (512, 256, 128, 64, 32)   # prefill tokens per batch, at most (C caps them too)
@@ -89,8 +90,10 @@ def _prefill_cost(data: Data, c: int, before: int) -> int:
 
 def rollout(data: Data, chosen: list[int], knobs: Knobs) -> Outcome:
     """The batches ``knobs`` build for ``chosen`` (see the module doc)."""
+    if not chosen:
+        return Outcome(0, 0, [])
     run = _Run(data, knobs, chosen)
-    first_batch = data.coef["bias_ms"] + data.coef["per_token_ms"]
+    step = data.min_batch()
     live = set(chosen)
     rank = {i: r for r, i in enumerate(knobs.order)}
     t = min(data.T[i] for i in chosen)   # the time of the decision
@@ -100,7 +103,8 @@ def rollout(data: Data, chosen: list[int], knobs: Knobs) -> Outcome:
     while live:
         arrived = [i for i in live if data.T[i] <= t]
         for i in arrived:
-            over = _overdue(data, i, t, run.S[i], run.m[i], run.first.get(i), first_batch)
+            over = _overdue(data, i, max(run.ended, data.T[i]), run.S[i], run.m[i],
+                            run.first.get(i))
             if over is None:
                 continue
             late += over
@@ -115,14 +119,18 @@ def rollout(data: Data, chosen: list[int], knobs: Knobs) -> Outcome:
                 t = min(run.release[i] for i in live)
             continue
         decode, prefill, cost = run.batch(ready, t, set())
-        skip = run.lazy(ready, t, 2 * first_batch // data.div)
+        skip = run.lazy(ready, t, 2 * step)
         if skip and prefill:   # lazy decoders wait only for a batch that prefills
             decode, prefill, cost = run.batch(ready, t, skip)
         if not decode and not prefill:
             # memory is held by prompts that cannot go on: the lowest in the order gives way
-            i = max((i for i in ready if run.m[i]), key=rank.__getitem__)
+            holding = [i for i in ready if run.m[i]]
+            if not holding:
+                raise InternalError("the list scheduling's rollout formed an empty batch with "
+                                    "no request holding KVs")
+            i = max(holding, key=rank.__getitem__)
             live.discard(i)
-            late += 1
+            late += step
             evict.append(data.ids[i])
             run.m[i] = 0
             continue
@@ -196,7 +204,7 @@ class _Run:
             at = max(start, data.T[i])
             if self.knobs.guard and (prefill or decode):
                 while c >= 1:
-                    own = _earliest(due, self._completes(i, c, at + cost // data.div))
+                    own = _earliest(due, self._completes(i, c))
                     if own is None or at + (cost + _prefill_cost(data, c, m[i])) // data.div \
                             <= own:
                         break
@@ -211,18 +219,19 @@ class _Run:
             cost += _prefill_cost(data, c, m[i])
             start = at
             if c == S[i] - m[i]:
-                due = _earliest(due, self._completes(i, c, start + cost // data.div))
+                due = _earliest(due, self._completes(i, c))
         return decode, prefill, cost
 
-    def _completes(self, i: int, c: int, end: int) -> list[int]:
+    def _completes(self, i: int, c: int) -> list[int]:
         """The deadlines a chunk of c tokens of request i's prompt would have to meet: its
-        first token's, and its last's when that is the first."""
+        first token's, and its E2E target's when that token is its last."""
         data = self.data
         if c < self.S[i] - self.m[i]:
             return []
         ttft = data.ttft[i]
         out = [data.T[i] + ttft] if ttft is not None else []
-        return out + (_finish_deadlines(data, i, end) if data.O[i] == 1 else [])
+        e2e = data.e2e[i]
+        return out + ([data.T[i] + e2e] if e2e is not None and data.O[i] == 1 else [])
 
     def lazy(self, ready: list[int], t: int, step: int) -> set[int]:
         """The decoding requests of the knobs' ``lazy`` that may skip this batch: those whose
@@ -290,11 +299,10 @@ def _miss(data: Data, i: int, first: int | None, finish: int | None) -> int | No
     return worst
 
 
-def _overdue(data: Data, i: int, t: int, S: int, m: int, first: int | None,
-             first_batch: int) -> int | None:
-    """None while request i is kept at time t; else how late it will be at the least (0 when
-    its obligations are complete): its uncached prompt alone in ⌈rem / C⌉ batches, then a
-    batch of at least bias + per_token per later token."""
+def _overdue(data: Data, i: int, t: int, S: int, m: int, first: int | None) -> int | None:
+    """None while request i is kept when its next batch starts at t at the earliest; else how
+    late it will be at the least (0 when its obligations are complete): its uncached prompt
+    alone in ⌈rem / C⌉ batches, then a batch of at least bias + per_token per later token."""
     if first is not None and not data.needs_finish(i):
         return 0
     ttft = data.ttft[i]
@@ -309,7 +317,7 @@ def _overdue(data: Data, i: int, t: int, S: int, m: int, first: int | None,
         start, left = t, int(data.I[i] + data.O[i]) - S
     if not data.needs_finish(i):
         return None
-    finish = start + left * (first_batch // data.div)
+    finish = start + left * data.min_batch()
     over = max([0, *(finish - d for d in _finish_deadlines(
         data, i, start if first is None else first))])
     return over if over > 0 else None
@@ -394,39 +402,56 @@ def _hold_move(data: Data, knobs: Knobs, rng: random.Random) -> tuple[tuple[int,
 
 def search_plan(data: Data, chosen: list[int], time_limit_s: float, enough: int | None = None,
                 seed: int = 0) -> Outcome:
-    """The best rollout found within ``time_limit_s``: every start order with every budget and
-    chunk count, then rounds of simulated annealing (``_anneal``, each with its own random
-    seed) from the best of those; it stops early once ``enough`` requests (default: all) are
-    met."""
+    """The best rollout found within ``time_limit_s``: the start orders with every budget,
+    chunk count and guard (the first rollout always runs, the others while time is left), then
+    rounds of simulated annealing (``_anneal``, each with its own random seed) from the best of
+    those; it stops early once ``enough`` requests (default: all) are met. On an inexact clock
+    the rollouts read the targets without the model's rounding slack (``Data.slack``), so that
+    what they count as met is met when replayed but for a few clock units of rounding."""
+    if not chosen:
+        return Outcome(0, 0, [])
+    strict = _without_slack(data)
     until = time.perf_counter() + time_limit_s
     goal = len(chosen) if enough is None else enough
-    best: tuple[Knobs, Outcome] | None = None
-    for order in _start_orders(data, chosen):
-        for budget in BUDGETS:
-            for prefills in PREFILLS:
-                for guard in (False, True):
-                    knobs = Knobs(order, min(budget, data.C), prefills, guard=guard)
-                    out = rollout(data, chosen, knobs)
-                    if best is None or out.key() > best[1].key():
-                        best = (knobs, out)
-    assert best is not None
+    grid = [Knobs(order, min(budget, data.C), prefills, guard=guard)
+            for order in _start_orders(strict, chosen) for budget in BUDGETS
+            for prefills in PREFILLS for guard in (False, True)]
+    best = (grid[0], rollout(strict, chosen, grid[0]))
+    for knobs in grid[1:]:
+        if best[1].met >= goal or time.perf_counter() >= until:
+            break
+        out = rollout(strict, chosen, knobs)
+        if out.key() > best[1].key():
+            best = (knobs, out)
     start = best
-    batch = (data.coef["bias_ms"] + data.coef["per_token_ms"]) // data.div
     round_ = 0
     while best[1].met < goal and time.perf_counter() < until:
         stop = min(until, time.perf_counter() + ROUND_S)
-        found = _anneal(data, chosen, start, stop, batch, goal, random.Random(seed + round_))
+        found = _anneal(strict, chosen, start, stop, goal, random.Random(seed + round_))
         if found[1].key() > best[1].key():
             best = found
         round_ += 1
     return best[1]
 
 
+def _without_slack(data: Data) -> Data:
+    """``data`` with every threshold less the rounding slack the model adds to it."""
+    if not data.slack:
+        return data
+
+    def less(values: list[int | None]) -> list[int | None]:
+        return [None if v is None else v - data.slack for v in values]
+
+    return replace(data, ttft=less(data.ttft), tpot=less(data.tpot), e2e=less(data.e2e),
+                   slack=0)
+
+
 def _anneal(data: Data, chosen: list[int], start: tuple[Knobs, Outcome], until: float,
-            batch: int, goal: int, rng: random.Random) -> tuple[Knobs, Outcome]:
+            goal: int, rng: random.Random) -> tuple[Knobs, Outcome]:
     """Simulated annealing on met·worth − late (clock units) from ``start`` until ``until``:
     a move worse by d is kept with probability exp(−d / heat), the heat falling from a
     batch's time a thousandfold."""
+    batch = data.min_batch()
     worth = 10 * batch
     best = current = start
     began = time.perf_counter()
