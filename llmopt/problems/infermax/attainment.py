@@ -309,28 +309,32 @@ def attainment_bound(instance: Instance, time_limit_s: float = 10.0, workers: in
             upper = min(upper, constant + energy)
             notes.append(f"energetic cuts: at most {energy} of the {len(modeled)} requests "
                          "with deadlines")
-    if heuristics and modeled and (best is None or best[0] < upper):
-        progress.stage("a schedule by list scheduling over priority orders")
-        found = search_plan(data, modeled, SEARCH_SHARE * time_limit_s, upper - constant)
-        plan = _extend(data, found.plan)
+
+    def offer(found: Plan, label: str) -> None:
+        """Replay ``found`` followed by every unfinished request alone; keep it if it meets
+        more SLOs than the best so far."""
+        nonlocal best, prefix, prefix_met
+        plan = _extend(data, found)
         schedule, count, met = _replay(instance, plan, simulation)
-        notes.append(f"list scheduling over priority orders: {count} of {n} met")
+        notes.append(f"{label}: {count} of {n} met")
         if best is None or count > best[0]:
             best = (count, plan)
             prefix = _merge_evictions(_first_batches(
                 plan, _prefix_length(data, plan, schedule, met)))
             prefix_met = met
+
+    def share(fraction: float) -> float:
+        """``fraction`` of the time limit, within what is left of it."""
+        return min(fraction * time_limit_s, time_limit_s - (time.perf_counter() - t0))
+
     if heuristics and modeled and (best is None or best[0] < upper):
-        joined = group_plan(data, modeled, GROUPS_SHARE * time_limit_s, workers, progress)
+        progress.stage("a schedule by list scheduling over priority orders")
+        offer(search_plan(data, modeled, share(SEARCH_SHARE), upper - constant).plan,
+              "list scheduling over priority orders")
+    if heuristics and modeled and (best is None or best[0] < upper) and share(1.0) > 0.1:
+        joined = group_plan(data, modeled, share(GROUPS_SHARE), workers, progress)
         if joined is not None:
-            plan = _extend(data, joined)
-            schedule, count, met = _replay(instance, plan, simulation)
-            notes.append(f"schedule from independent groups: {count} of {n} met")
-            if best is None or count > best[0]:
-                best = (count, plan)
-                prefix = _merge_evictions(_first_batches(
-                    plan, _prefix_length(data, plan, schedule, met)))
-                prefix_met = met
+            offer(joined, "schedule from independent groups")
     if modeled and (best is None or best[0] < upper):
         H = max(d for i in modeled if (d := data.deadline(i)) is not None)
         N = horizon_batches(data)
