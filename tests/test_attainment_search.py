@@ -149,13 +149,13 @@ def test_list_scheduling_meets_every_slo_where_the_policies_do_not():
 
 def test_an_empty_request_list_is_an_empty_schedule():
     data = attainment_data.prepare(llama_burst(0))
-    assert search_plan(data, [], 1.0) == Outcome(0, 0, [])
+    assert search_plan(data, [], 1.0) == Outcome(0, [])
 
 
 def test_the_groups_prove_the_bound_when_the_list_scheduling_falls_short(monkeypatch):
     """Instance 5 of bench/attainment_bound.py with the list scheduling finding nothing: the
     groups meet all 12, so the bound is still proven, and its plan replays and validates."""
-    monkeypatch.setattr(attainment, "search_plan", lambda *args, **kw: Outcome(0, 0, []))
+    monkeypatch.setattr(attainment, "search_plan", lambda *args, **kw: Outcome(0, []))
     inst = llama_burst(5)
     bound = attainment_bound(inst, time_limit_s=60.0)
     assert bound.status == "optimal" and bound.met_best == bound.met_upper == 12

@@ -100,6 +100,19 @@ class Data:
                        ttft=pick(self.ttft), e2e=pick(self.e2e), tpot=pick(self.tpot),
                        kind=pick(self.kind))
 
+    def chunk_cost(self, c: int, before: int) -> int:
+        """Fine units a prompt (or refill) chunk of c tokens after ``before`` cached KVs adds to
+        its batch (section 3.2): per_token·c + prefill_attention·c·(c + 2·before) +
+        per_prefill_request."""
+        k = self.coef
+        return (k["per_token_ms"] * c + k["prefill_attention_ms"] * c * (c + 2 * before)
+                + k["per_prefill_request_ms"])
+
+    def decode_cost(self, kv: int) -> int:
+        """Fine units a decode reading ``kv`` cached KVs adds to its batch: per_token +
+        decode_kv·kv."""
+        return self.coef["per_token_ms"] + self.coef["decode_kv_ms"] * kv
+
     def min_batch(self) -> int:
         """A lower bound on a non-empty batch's time on the clock."""
         return (self.coef["bias_ms"] + self.coef["per_token_ms"]) // self.div

@@ -197,13 +197,11 @@ def _own_work(data: Data, i: int) -> tuple[int, int]:
     """Fine units request i adds, at the least, to the batches up to its first token and to
     those of its later tokens, besides their bias: its prompt (⌈I/C⌉ chunks whose c² + 2mc sum
     to I²), then per later token a decode or the end of a refill, whichever costs less."""
-    c = data.coef
     I, O = int(data.I[i]), int(data.O[i])
-    prompt = (c["per_token_ms"] * I + c["prefill_attention_ms"] * I * I
-              + c["per_prefill_request_ms"] * math.ceil(I / data.C))
-    later = sum(min(c["per_token_ms"] + c["decode_kv_ms"] * (I + t - 1),
-                    c["per_token_ms"] * (I + t) + c["prefill_attention_ms"] * (I + t) ** 2
-                    + c["per_prefill_request_ms"]) for t in range(1, O))
+    prompt = data.chunk_cost(I, 0) + data.coef["per_prefill_request_ms"] * (
+        math.ceil(I / data.C) - 1)
+    later = sum(min(data.decode_cost(I + t - 1), data.chunk_cost(I + t, 0))
+                for t in range(1, O))
     return prompt, later
 
 

@@ -73,25 +73,22 @@ class Outcome:
     """A rollout's result: how many of its requests meet their obligations, how late the others
     are in total (clock units, at the moment each is dropped or finishes), and its batches."""
 
-    met: int
     late: int
     plan: Plan
     which: frozenset[int] = frozenset()     # the requests meeting theirs
+
+    @property
+    def met(self) -> int:
+        return len(self.which)
 
     def key(self) -> tuple[int, int]:
         return (self.met, -self.late)
 
 
-def _prefill_cost(data: Data, c: int, before: int) -> int:
-    k = data.coef
-    return k["per_token_ms"] * c + k["prefill_attention_ms"] * c * (c + 2 * before) \
-        + k["per_prefill_request_ms"]
-
-
 def rollout(data: Data, chosen: list[int], knobs: Knobs) -> Outcome:
     """The batches ``knobs`` build for ``chosen`` (see the module doc)."""
     if not chosen:
-        return Outcome(0, 0, [])
+        return Outcome(0, [])
     run = _Run(data, knobs, chosen)
     step = data.min_batch()
     live = set(chosen)
@@ -148,7 +145,7 @@ def rollout(data: Data, chosen: list[int], knobs: Knobs) -> Outcome:
             which.add(i)
         elif miss is not None:
             late += miss
-    return Outcome(len(which), late, plan, frozenset(which))
+    return Outcome(late, plan, frozenset(which))
 
 
 class _Run:
@@ -175,11 +172,10 @@ class _Run:
         ``guard``, a chunk after the batch's first shrinks so that the batch still ends by the
         deadline of every request it completes (first token, or last)."""
         data, S, m = self.data, self.S, self.m
-        k = data.coef
         C, M, J = data.C, data.M, data.J
         held = sum(m.values())
         holders = sum(1 for v in m.values() if v)
-        tokens, cost = 0, k["bias_ms"]
+        tokens, cost = 0, data.coef["bias_ms"]
         start = self.ended
         due: int | None = None     # the earliest deadline of what the batch completes
         decode: list[int] = []
@@ -190,7 +186,7 @@ class _Run:
                 decode.append(i)
                 tokens += 1
                 held += 1
-                cost += k["per_token_ms"] + k["decode_kv_ms"] * m[i]
+                cost += data.decode_cost(m[i])
                 start = max(start, data.T[i])
                 if S[i] + 1 == data.I[i] + data.O[i]:
                     due = _earliest(due, _finish_deadlines(data, i, self.first[i]))
@@ -205,7 +201,7 @@ class _Run:
             if self.knobs.guard and (prefill or decode):
                 while c >= 1:
                     own = _earliest(due, self._completes(i, c))
-                    if own is None or at + (cost + _prefill_cost(data, c, m[i])) // data.div \
+                    if own is None or at + (cost + data.chunk_cost(c, m[i])) // data.div \
                             <= own:
                         break
                     c -= max(1, c // 8)
@@ -216,7 +212,7 @@ class _Run:
             budget -= c
             held += c
             holders += m[i] == 0
-            cost += _prefill_cost(data, c, m[i])
+            cost += data.chunk_cost(c, m[i])
             start = at
             if c == S[i] - m[i]:
                 due = _earliest(due, self._completes(i, c))
@@ -309,7 +305,7 @@ def _overdue(data: Data, i: int, t: int, S: int, m: int, first: int | None) -> i
     if first is None:
         rem = S - m
         chunks = -(-rem // data.C)
-        start = t + (chunks * data.coef["bias_ms"] + _prefill_cost(data, rem, m)) // data.div
+        start = t + (chunks * data.coef["bias_ms"] + data.chunk_cost(rem, m)) // data.div
         if ttft is not None and start - data.T[i] > ttft:
             return start - data.T[i] - ttft
         left = int(data.O[i]) - 1
@@ -409,7 +405,7 @@ def search_plan(data: Data, chosen: list[int], time_limit_s: float, enough: int 
     the rollouts read the targets without the model's rounding slack (``Data.slack``), so that
     what they count as met is met when replayed but for a few clock units of rounding."""
     if not chosen:
-        return Outcome(0, 0, [])
+        return Outcome(0, [])
     strict = _without_slack(data)
     until = time.perf_counter() + time_limit_s
     goal = len(chosen) if enough is None else enough
