@@ -138,6 +138,12 @@ POLICIES: Registry[PolicyInfo] = Registry("llmopt.policies", PolicyInfo, [
                    "last), decodes when their TPOT slack asks (uses SLOs)",
                    "llmopt.policies.slo.deploy:deploy_least_slack", replay_default=False,
                    compare_default=False, incumbent_for=(ATTAINMENT,)),
+        PolicyInfo("least-slack-defer", "infermax", "llmopt",
+                   "llmopt/policies/slo/least_slack.py; Moore 1968",
+                   "least-slack, and under overload Moore-Hodgson's rule defers the long prompts "
+                   "that would make more short ones miss their TTFT (uses SLOs)",
+                   "llmopt.policies.slo.deploy:deploy_least_slack_defer", replay_default=False,
+                   compare_default=False, incumbent_for=(ATTAINMENT,)),
         _slice("sls", "section 5.1 (baseline; Fig. 15 step 1)",
                "sequence-level: round-robin at arrival, FCFS static batches of 16 "
                "generated to completion (S = 1024)"),

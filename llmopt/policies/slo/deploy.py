@@ -40,4 +40,11 @@ def deploy_least_slack(instance: Instance, name: str, *, plan: Mapping[str, Any]
     return each_replica(instance, name, LeastSlack, router)
 
 
-__all__ = ["deploy_baseline", "deploy_least_slack", "deploy_sola", "deploy_v1"]
+def deploy_least_slack_defer(instance: Instance, name: str, *,
+                             plan: Mapping[str, Any] | None = None, router: Router | None = None,
+                             progress: Progress = SILENT) -> Deployment:
+    return each_replica(instance, name, lambda: LeastSlack(defer=True), router)
+
+
+__all__ = ["deploy_baseline", "deploy_least_slack", "deploy_least_slack_defer",
+           "deploy_sola", "deploy_v1"]
