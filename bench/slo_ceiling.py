@@ -17,12 +17,15 @@ Sections (each optional, all by default except the exact model's):
   (``random_slo_instance(seed, prefix=True)``; no exact model, which computes every prompt
   token), published as its own section;
 - ``--exact``: the 12-request instances of bench/attainment_bound.py with the relaxations
-  beside the exact model (10 s each).
+  beside the exact model (10 s each);
+- ``--defer``: least-slack with and without Moore and Hodgson's deferral
+  (``least-slack-defer``) on the tightness instances over a ladder of rates, beside the
+  ceiling, published as its own section (slo-ceiling-defer).
 
 Usage::
 
     python bench/slo_ceiling.py [--speed] [--tightness] [--property 1000] [--exact]
-        [--prefix-property 300] [--write-docs]
+        [--prefix-property 300] [--defer] [--write-docs]
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ from llmopt.policies.replay import replay
 from llmopt.problems.slo_ceiling.ceiling import attainment_ceiling
 from llmopt.problems.slo_ceiling.goodput import goodput_ceiling
 
-POLICIES = ["vllm", "sarathi", "vllm-s-1024", "vllm-d", "sjf", "vllm-v1", "sola", "least-slack"]
+POLICIES = ["vllm", "sarathi", "vllm-s-1024", "vllm-d", "sjf", "vllm-v1", "sola", "least-slack",
+            "least-slack-defer"]
 SHARED = ROOT.parent / "shared" / "data"
 SPEED_CASES = {
     "slo-chat": ("instances/toy/slo-chat.yaml", None),
@@ -203,6 +207,35 @@ def tightness() -> list[str]:
     return lines + native
 
 
+DEFER_LADDER = {"slo-chat": (40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 400.0),
+                "azure-sample (slo 5x)": (0.25, 0.32, 0.5, 1.0, 2.0),
+                "slo-mooncake-sample": (0.25, 0.5, 1.0, 2.0)}
+
+
+def defer_table() -> list[str]:
+    """least-slack with and without Moore and Hodgson's deferral (least-slack-defer) on the
+    tightness instances: attainment and replay time at each knob value of DEFER_LADDER."""
+    lines = ["| instance | knob | value | least-slack | least-slack-defer | ceiling | "
+             "replay time (s): least-slack, -defer |", "|---|---|---|---|---|---|---|"]
+    for name, values in DEFER_LADDER.items():
+        path, slo, knob, _, _ = TIGHT_CASES[name]
+        doc = load(path, slo)
+        for x in values:
+            inst = build(doc, path, rate=x if knob == "rate_per_s" else None,
+                         scale=x if knob == "rate_scale" and x != 1.0 else None)
+            cells, times = [], []
+            for policy in ("least-slack", "least-slack-defer"):
+                t0 = time.perf_counter()
+                met = met_count(inst, replay(inst, policy))
+                cells.append(f"{100 * met / inst.num_requests:.1f} %")
+                times.append(f"{time.perf_counter() - t0:.2f}")
+            ceiling = attainment_ceiling(inst)
+            lines.append(f"| {name} | {knob} | {x:g} | {cells[0]} | {cells[1]} | "
+                         f"{100 * ceiling.share:.1f} % | {', '.join(times)} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
 # --------------------------------------------------------------------- property
 
 def property_check(count: int, exact_up_to: int = 8, prefix: bool = False) -> list[str]:
@@ -286,6 +319,7 @@ def main() -> None:
     ap.add_argument("--property", type=int, default=0, metavar="N")
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--prefix-property", type=int, default=0, metavar="N")
+    ap.add_argument("--defer", action="store_true")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
@@ -296,6 +330,10 @@ def main() -> None:
         lines = [header(command_line()), "",
                  *property_check(args.prefix_property, exact_up_to=0, prefix=True)]
         publish(args.write_docs, "slo-ceiling-prefix", "\n".join(lines))
+        return
+    if args.defer:
+        publish(args.write_docs, "slo-ceiling-defer",
+                "\n".join([header(command_line()), "", *defer_table()]))
         return
     everything = not (args.speed or args.tightness or args.property or args.exact)
     lines = [header(command_line())]
