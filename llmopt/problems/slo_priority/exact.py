@@ -60,7 +60,6 @@ returned as it is (a valid bound, not a proof).
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import time
@@ -81,6 +80,7 @@ from llmopt.problems.slo_priority.model import (
     g_per_s,
 )
 from llmopt.progress import SILENT, Progress
+from llmopt.sequencing import moore_hodgson
 
 CLOCK_UNITS = 10 ** 9
 MAX_MET_SHARE = 0.4  # of the time limit, at most, for the most requests meeting their SLOs
@@ -485,15 +485,8 @@ def max_met_bound(data: SloPriorityData, instances: int = 1) -> int:
         elif latest >= 0:
             p = least[i] / wide
             jobs.append((latest + p + mates, p))
-    jobs.sort()
-    heap: list[float] = []
-    clock = 0.0
-    for due, p in jobs:
-        heapq.heappush(heap, -p)
-        clock += p
-        if clock > due + 1e-9 * max(1.0, due):  # a plan's sums in another order: rounding
-            clock += heapq.heappop(heap)  # drop the longest so far
-    return len(heap) + free
+    # a plan's sums in another order: rounding
+    return len(jobs) - len(moore_hodgson(jobs, rel_tol=1e-9)) + free
 
 
 def total_latency_lower_bound(data: SloPriorityData) -> float:
