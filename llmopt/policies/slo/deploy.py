@@ -8,7 +8,7 @@ from typing import Any
 
 from llmopt.data.instance import Instance
 from llmopt.policies.base import Router
-from llmopt.policies.deploy import Deployment, each_replica
+from llmopt.policies.deploy import Deployment, each_replica, per_replica
 from llmopt.policies.infermax.unified import UnifiedScheduler
 from llmopt.policies.slo.baselines import SOLA_BASELINES, V1_SCHEDULERS
 from llmopt.policies.slo.least_slack import LeastSlack
@@ -40,10 +40,7 @@ def deploy_least_slack(instance: Instance, name: str, *, plan: Mapping[str, Any]
     return each_replica(instance, name, LeastSlack, router)
 
 
-def deploy_least_slack_defer(instance: Instance, name: str, *,
-                             plan: Mapping[str, Any] | None = None, router: Router | None = None,
-                             progress: Progress = SILENT) -> Deployment:
-    return each_replica(instance, name, lambda: LeastSlack(defer=True), router)
+deploy_least_slack_defer = per_replica(lambda: LeastSlack(defer=True))
 
 
 __all__ = ["deploy_baseline", "deploy_least_slack", "deploy_least_slack_defer",

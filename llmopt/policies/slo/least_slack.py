@@ -15,17 +15,17 @@ spends each iteration on what its SLOs need now:
   waits for the next one.
 - *Deferral of long prompts under overload* (``defer``, off by default; the policy
   ``least-slack-defer`` turns it on). The waiting requests that can still meet their TTFT are
-  admitted by Moore and Hodgson's rule for the most jobs on time on one machine (Moore 1968,
-  "An n job, one machine sequencing algorithm for minimizing the number of late jobs",
-  Management Science 15(1)): taken in TTFT-deadline order after the prompts already started,
-  each adds its time, and whenever the running sum passes the deadline of the one just added,
-  the longest admitted so far is deferred. Deferred requests wait like the hopeless ones. A
+  admitted by Moore and Hodgson's rule for the most jobs on time on one machine
+  (``llmopt.sequencing``): taken in TTFT-deadline order after the prompts already started, each
+  adds its time, and whenever the running sum passes the deadline of the one just added, the
+  longest admitted so far is deferred. Deferred requests wait like the hopeless ones. A
   request's time is estimated as its share of an iteration of a full chunk with every current
-  decode (that iteration's time over the chunk, per uncached token) plus its own prefill
-  attention. It is an option, not the rule, because it is not better everywhere
-  (docs/benchmarks.md, slo-ceiling-defer): 3.5 to 45 points more of the requests meet their
-  SLOs on ``instances/toy/slo-chat.yaml`` from 60 requests/s up, −5 to +3.4 points on the
-  Azure and Mooncake samples, whose memory binds (the rule counts time, not KVs).
+  decode (that iteration's time over the chunk, per token not cached: its prefix-cache hit or
+  the KVs it holds) plus its own prefill attention. It is an option, not the rule, because it
+  is not better everywhere (docs/benchmarks.md, slo-ceiling-defer): 3.5 to 45 points more of
+  the requests meet their SLOs on ``instances/toy/slo-chat.yaml`` from 60 requests/s up, −5 to
+  +3.4 points on the Azure and Mooncake samples, whose memory binds (the rule counts time, not
+  KVs).
 - *Small prefill chunks.* At most ``chunk`` prompt tokens an iteration (default 256): a
   first token comes at the end of its iteration, whose length every prompt token in it adds
   to.
@@ -38,14 +38,13 @@ spends each iteration on what its SLOs need now:
   preempted, the one of latest TTFT deadline first (recompute), then the least urgent of the
   decodes chosen.
 
-The chunk, the urgency and the deferral are choices, measured on
-``instances/toy/slo-chat.yaml`` at 53 to 122 requests/s (docs/benchmarks.md, slo-ceiling), not
-derived.
+The chunk and the urgency are choices, measured on ``instances/toy/slo-chat.yaml`` at 53 to
+122 requests/s (docs/benchmarks.md, slo-ceiling), not derived; the deferral was measured at 40
+to 400 requests/s there and on the Azure and Mooncake samples (slo-ceiling-defer).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
@@ -53,6 +52,7 @@ import numpy as np
 from llmopt.data.instance import Instance
 from llmopt.policies.base import IterationPolicy, ReplicaView
 from llmopt.policies.infermax.unified import check_continuous
+from llmopt.sequencing import moore_hodgson
 from llmopt.sim.batch import Batch
 from llmopt.sim.policy import RUNNING
 
@@ -88,8 +88,7 @@ class LeastSlack(IterationPolicy):
         chunk = min(self.chunk, replica.C)
         self.alone_ms = replica.profile.chunked_prefill_ms(  # type: ignore[attr-defined]
             inst.input_tokens.astype(float).tolist(), chunk)
-        iteration = replica.profile.iteration_ms
-        self.attention_ms = [iteration(k, 0, 0, k * k, 1) - iteration(k, 0, 0, 0, 1)
+        self.attention_ms = [_attention_ms(replica, k, 0) if self.defer else 0.0
                              for k in inst.input_tokens.astype(int).tolist()]
 
     def next_batch(self, r: ReplicaView) -> Batch | None:
@@ -163,11 +162,11 @@ class LeastSlack(IterationPolicy):
         by_rank, evicted = r.by_rank, r.just_evicted
         candidates = [*r.prefilling,
                       *(i for i in (by_rank[k] for k in r.waiting) if i not in evicted)]
-        gen, deadline, alone = r.gen, self.ttft_by, self.alone_ms
+        deadline, alone = self.ttft_by, self.alone_ms
         deferred = self._deferred(r, candidates, now) if self.defer else set()
 
         def key(i: int) -> tuple[int, float]:
-            if r.status[i] == RUNNING or gen[i] >= 1:  # started, or a refill
+            if _started(r, i):
                 return (0, deadline[i])
             hopeful = now + alone[i] <= deadline[i] and i not in deferred
             return (1 if hopeful else 2, deadline[i])
@@ -190,28 +189,35 @@ class LeastSlack(IterationPolicy):
 
     def _deferred(self, r: ReplicaView, candidates: list[int], now: float) -> set[int]:
         """The waiting requests Moore and Hodgson's rule defers (see the module doc)."""
-        profile, chunk = r.profile, int(min(self.chunk, r.C))
-        per_token = profile.iteration_ms(chunk, r.n_decoders(), r.decode_kv(), 0, 1) / chunk
+        chunk = int(min(self.chunk, r.C))
+        per_token = r.profile.iteration_ms(chunk, r.n_decoders(), r.decode_kv(), 0, 1) / chunk
+        clock, jobs, waiting = now, [], []
+        for i in candidates:
+            started = _started(r, i)
+            if not started and now + self.alone_ms[i] > self.ttft_by[i]:
+                continue   # hopeless: waits anyway
+            cached = int(r.m[i] if r.status[i] == RUNNING else r.prefix_hit(i))
+            c = int(r.S[i]) - cached
+            attention = (self.attention_ms[i] if not (started or cached)
+                         else _attention_ms(r, c, cached))
+            if started:
+                clock += per_token * c + attention
+            else:
+                jobs.append((self.ttft_by[i], per_token * c + attention))
+                waiting.append(i)
+        return {waiting[k] for k in moore_hodgson(jobs, clock)}
 
-        started = [i for i in candidates if r.status[i] == RUNNING or r.gen[i] >= 1]
-        waiting = sorted((i for i in candidates if r.status[i] != RUNNING and r.gen[i] == 0
-                          and now + self.alone_ms[i] <= self.ttft_by[i]),
-                         key=self.ttft_by.__getitem__)
-        t = now
-        for i in started:   # their uncached tokens' share of iterations, and attention
-            c, m = int(r.S[i] - r.m[i]), int(r.m[i])
-            t += per_token * c + (profile.iteration_ms(c, 0, 0, c * c + 2 * m * c, 1)
-                                  - profile.iteration_ms(c, 0, 0, 0, 1))
-        admitted: list[tuple[float, int]] = []   # a max-heap of (−time, request)
-        deferred = set()
-        for i in waiting:   # nothing cached: the whole prompt
-            work = per_token * r.S[i] + self.attention_ms[i]
-            t += work
-            heapq.heappush(admitted, (-work, i))
-            if t > self.ttft_by[i]:
-                longest, j = heapq.heappop(admitted)
-                t += longest
-                deferred.add(j)
-        return deferred
+
+def _started(r: ReplicaView, i: int) -> bool:
+    """Request i is in a prefill, or in a refill (its TTFT is settled)."""
+    return r.status[i] == RUNNING or r.gen[i] >= 1
+
+
+def _attention_ms(r: ReplicaView, c: int, cached: int) -> float:
+    """The prefill attention of a chunk of c tokens after ``cached`` KVs (units c² + 2·cached·c)
+    in an iteration of the replica's profile."""
+    return (r.profile.iteration_ms(c, 0, 0, c * c + 2 * cached * c, 1)
+            - r.profile.iteration_ms(c, 0, 0, 0, 1))
+
 
 __all__ = ["LeastSlack"]
