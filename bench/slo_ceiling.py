@@ -79,6 +79,12 @@ def build(doc: dict, path: str, rate: float | None = None, scale: float | None =
     return inst
 
 
+def build_at(doc: dict, path: str, knob: str, x: float) -> Instance:
+    """The instance with ``knob`` (``rate_per_s`` or ``rate_scale``, as a sweep's search) at x."""
+    return build(doc, path, rate=x if knob == "rate_per_s" else None,
+                 scale=x if knob == "rate_scale" else None)
+
+
 # --------------------------------------------------------------------- speed
 
 def one(name: str) -> None:
@@ -173,8 +179,7 @@ def tightness() -> list[str]:
         print(native[-1], flush=True)
 
         def make(x: float, doc=doc, path=path, knob=knob) -> Instance:
-            return build(doc, path, rate=x if knob == "rate_per_s" else None,
-                         scale=x if knob == "rate_scale" else None)
+            return build_at(doc, path, knob, x)
 
         for level in (0.9, 0.99):
             seen: dict[float, tuple[float, str]] = {}
@@ -221,8 +226,7 @@ def defer_table() -> list[str]:
         path, slo, knob, _, _ = TIGHT_CASES[name]
         doc = load(path, slo)
         for x in values:
-            inst = build(doc, path, rate=x if knob == "rate_per_s" else None,
-                         scale=x if knob == "rate_scale" and x != 1.0 else None)
+            inst = build_at(doc, path, knob, x)
             cells, times = [], []
             for policy in ("least-slack", "least-slack-defer"):
                 t0 = time.perf_counter()

@@ -34,12 +34,7 @@ def deploy_baseline(instance: Instance, name: str, *, plan: Mapping[str, Any] | 
     return each_replica(instance, name, lambda: UnifiedScheduler(config), router)
 
 
-def deploy_least_slack(instance: Instance, name: str, *, plan: Mapping[str, Any] | None = None,
-                       router: Router | None = None, progress: Progress = SILENT
-                       ) -> Deployment:
-    return each_replica(instance, name, LeastSlack, router)
-
-
+deploy_least_slack = per_replica(LeastSlack)
 deploy_least_slack_defer = per_replica(lambda: LeastSlack(defer=True))
 
 

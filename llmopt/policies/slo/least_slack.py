@@ -75,6 +75,7 @@ class LeastSlack(IterationPolicy):
         self.tpot_ms: list[float] = []
         self.alone_ms: list[float] = []
         self.attention_ms: list[float] = []   # each whole prompt's prefill attention
+        self.prefill_chunk = chunk            # ``chunk`` within the replica's C (attach)
 
     def check(self, instance: Instance, replica: ReplicaView) -> None:
         check_continuous(instance, replica)
@@ -85,9 +86,9 @@ class LeastSlack(IterationPolicy):
         tpot = inst.slo_targets("tpot_slo_ms")
         self.ttft_by = (inst.arrival_ms + np.where(np.isnan(ttft), NO_DEADLINE_MS, ttft)).tolist()
         self.tpot_ms = np.where(np.isnan(tpot), NO_DEADLINE_MS, tpot).tolist()
-        chunk = min(self.chunk, replica.C)
+        self.prefill_chunk = int(min(self.chunk, replica.C))
         self.alone_ms = replica.profile.chunked_prefill_ms(  # type: ignore[attr-defined]
-            inst.input_tokens.astype(float).tolist(), chunk)
+            inst.input_tokens.astype(float).tolist(), self.prefill_chunk)
         self.attention_ms = [_attention_ms(replica, k, 0) if self.defer else 0.0
                              for k in inst.input_tokens.astype(int).tolist()]
 
@@ -162,14 +163,13 @@ class LeastSlack(IterationPolicy):
         by_rank, evicted = r.by_rank, r.just_evicted
         candidates = [*r.prefilling,
                       *(i for i in (by_rank[k] for k in r.waiting) if i not in evicted)]
-        deadline, alone = self.ttft_by, self.alone_ms
+        deadline = self.ttft_by
         deferred = self._deferred(r, candidates, now) if self.defer else set()
 
         def key(i: int) -> tuple[int, float]:
             if _started(r, i):
                 return (0, deadline[i])
-            hopeful = now + alone[i] <= deadline[i] and i not in deferred
-            return (1 if hopeful else 2, deadline[i])
+            return (1 if self._hopeful(i, now) and i not in deferred else 2, deadline[i])
 
         for i in sorted(candidates, key=key):
             if budget <= 0 or (b.chunks and key(i)[0] == 2):
@@ -187,15 +187,19 @@ class LeastSlack(IterationPolicy):
                 r.admit(i, c, need, b)
             budget -= c
 
+    def _hopeful(self, i: int, now: float) -> bool:
+        """Waiting request i can still meet its TTFT, prefilled alone from now."""
+        return now + self.alone_ms[i] <= self.ttft_by[i]
+
     def _deferred(self, r: ReplicaView, candidates: list[int], now: float) -> set[int]:
         """The waiting requests Moore and Hodgson's rule defers (see the module doc)."""
-        chunk = int(min(self.chunk, r.C))
+        chunk = self.prefill_chunk
         per_token = r.profile.iteration_ms(chunk, r.n_decoders(), r.decode_kv(), 0, 1) / chunk
         clock, jobs, waiting = now, [], []
         for i in candidates:
             started = _started(r, i)
-            if not started and now + self.alone_ms[i] > self.ttft_by[i]:
-                continue   # hopeless: waits anyway
+            if not started and not self._hopeful(i, now):
+                continue   # waits anyway
             cached = int(r.m[i] if r.status[i] == RUNNING else r.prefix_hit(i))
             c = int(r.S[i]) - cached
             attention = (self.attention_ms[i] if not (started or cached)

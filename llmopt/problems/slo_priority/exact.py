@@ -485,7 +485,7 @@ def max_met_bound(data: SloPriorityData, instances: int = 1) -> int:
         elif latest >= 0:
             p = least[i] / wide
             jobs.append((latest + p + mates, p))
-    # a plan's sums in another order: rounding
+    # rel_tol: a plan adds the same times in another order (rounding)
     return len(jobs) - len(moore_hodgson(jobs, rel_tol=1e-9)) + free
 
 
